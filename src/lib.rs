@@ -1,0 +1,52 @@
+//! # kvroute
+//!
+//! KV-cache-aware request routing for LLM inference fleets: send each request to the worker whose
+//! KV cache already holds the longest prefix of it, without overloading anyone.
+//!
+//! ## Usage
+//!
+//! Engines publish KV events; the index applies them and answers, per worker, how many leading
+//! blocks of a request it already holds.
+//!
+//! ```
+//! use kvroute::hash::BlockHasher;
+//! use kvroute::index::ReferenceIndex;
+//! use kvroute::{RouterEvent, StoredBlock, Worker};
+//!
+//! let hasher = BlockHasher::new(4)?;
+//! let prompt: Vec<u32> = (0..12).collect();
+//! let request = hasher.hash_request(&prompt);
+//!
+//! // Worker 7 reports that it cached the first two blocks (named by its own engine hashes).
+//! let worker = Worker::new(7, 0);
+//! let blocks = vec![
+//!     StoredBlock { local: request.local[0], hash: 100.into() },
+//!     StoredBlock { local: request.local[1], hash: 101.into() },
+//! ];
+//! let mut index = ReferenceIndex::new();
+//! index.apply(&RouterEvent::stored(worker, 1, None, blocks))?;
+//!
+//! let scores = index.find_matches(&request.local);
+//! assert_eq!(scores.get(worker), 2);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## Consistency
+//!
+//! Bad input never panics and never corrupts other workers' state: a `Stored` whose parent the
+//! worker does not hold, a `Removed` of an unknown block, an event for an unknown worker — each
+//! is a typed [`ApplyError`] and the index stays consistent.
+
+pub mod event;
+pub mod hash;
+pub mod index;
+#[cfg(feature = "sim")]
+pub mod sim;
+#[allow(dead_code)]
+mod sync;
+
+pub use event::{
+    ApplyError, ApplyErrorKind, DpRank, KvEvent, KvEventData, LocalBlockHash, RouterEvent,
+    SequenceHash, StorageTier, StoredBlock, Worker, WorkerId,
+};
+pub use index::OverlapScores;

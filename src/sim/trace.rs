@@ -1,0 +1,1 @@
+//! Mooncake trace loading. (stub replaced by the trace helper)
