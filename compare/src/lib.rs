@@ -1,0 +1,1 @@
+//! Shared pieces of the side-by-side comparisons with Dynamo (`src/bin/*`).
