@@ -217,3 +217,129 @@ mod imp {
 
 #[allow(unused_imports)]
 pub(crate) use imp::*;
+
+/// Epoch-based publication of a heap value that readers use without locks.
+///
+/// Writers replace the value (under a lock of their own); readers [`pin`] once per operation and
+/// [`epoch::Published::load`] it. Normally reclamation is `crossbeam-epoch`'s; under loom the
+/// replaced values are kept until the cell drops, so loom sees our own orderings only.
+pub(crate) mod epoch {
+    #[cfg(not(loom))]
+    mod imp {
+        use crossbeam_epoch::{self as ce, Atomic, Owned};
+        use std::sync::atomic::Ordering;
+
+        /// Keeps every value loaded through it alive while it lives.
+        pub struct Guard(ce::Guard);
+
+        /// Pins the current thread; values loaded under the guard stay alive until it drops.
+        pub fn pin() -> Guard {
+            Guard(ce::pin())
+        }
+
+        /// A published heap value.
+        pub struct Published<T>(Atomic<T>);
+
+        impl<T: Send + Sync> Published<T> {
+            /// Publishes `value`.
+            pub fn new(value: T) -> Self {
+                Self(Atomic::new(value))
+            }
+
+            /// The current value.
+            pub fn load<'g>(&self, guard: &'g Guard) -> &'g T {
+                let shared = self.0.load(Ordering::Acquire, &guard.0);
+                // SAFETY: the pointer is never null (set in `new`, swapped for non-null values in
+                // `replace`), and a replaced value is destroyed only after every guard that could
+                // have loaded it is gone (`defer_destroy` below), so it outlives `'g`.
+                unsafe { shared.deref() }
+            }
+
+            /// Publishes `value` and retires the old one once no reader can hold it.
+            pub fn replace(&self, value: T) {
+                let guard = ce::pin();
+                let old = self.0.swap(Owned::new(value), Ordering::AcqRel, &guard);
+                // SAFETY: `old` is unlinked (no later `load` can return it) and was allocated by
+                // `Owned`; readers that loaded it are pinned, so destruction waits for them.
+                unsafe { guard.defer_destroy(old) };
+            }
+        }
+
+        impl<T> Drop for Published<T> {
+            fn drop(&mut self) {
+                // SAFETY: `&mut self` means no reader can be using the cell any more, and the
+                // pointer came from `Owned` and is non-null.
+                unsafe {
+                    let current = self.0.load(Ordering::Relaxed, ce::unprotected());
+                    drop(current.into_owned());
+                }
+            }
+        }
+    }
+
+    #[cfg(loom)]
+    mod imp {
+        use loom::sync::atomic::{AtomicPtr, Ordering};
+
+        /// Under loom nothing is reclaimed before the cell drops, so a guard is empty.
+        pub struct Guard;
+
+        /// Pins nothing (see [`Guard`]).
+        pub fn pin() -> Guard {
+            Guard
+        }
+
+        /// A published heap value; replaced values are freed when the cell drops.
+        pub struct Published<T> {
+            current: AtomicPtr<T>,
+            retired: std::sync::Mutex<Vec<*mut T>>,
+        }
+
+        // SAFETY: the cell owns its `T`s like a `Box` would; sharing it shares `&T` only.
+        unsafe impl<T: Send + Sync> Send for Published<T> {}
+        // SAFETY: as above.
+        unsafe impl<T: Send + Sync> Sync for Published<T> {}
+
+        impl<T: Send + Sync> Published<T> {
+            /// Publishes `value`.
+            pub fn new(value: T) -> Self {
+                let current = AtomicPtr::new(Box::into_raw(Box::new(value)));
+                Self { current, retired: std::sync::Mutex::new(Vec::new()) }
+            }
+
+            /// The current value.
+            pub fn load<'g>(&self, _guard: &'g Guard) -> &'g T {
+                // SAFETY: non-null, and never freed before the cell drops, which `&self` outlives.
+                unsafe { &*self.current.load(Ordering::Acquire) }
+            }
+
+            /// Publishes `value`; the old one is freed when the cell drops.
+            pub fn replace(&self, value: T) {
+                let old = self.current.swap(Box::into_raw(Box::new(value)), Ordering::AcqRel);
+                self.retired.lock().unwrap().push(old);
+            }
+        }
+
+        impl<T> Drop for Published<T> {
+            fn drop(&mut self) {
+                let current = self.current.with_mut(|p| *p);
+                for ptr in self.retired.get_mut().unwrap().drain(..).chain([current]) {
+                    // SAFETY: each pointer came from `Box::into_raw` and is freed exactly once.
+                    drop(unsafe { Box::from_raw(ptr) });
+                }
+            }
+        }
+    }
+
+    pub use imp::*;
+}
+
+/// Runs `f` once no thread pinned now can still be reading what it releases. Under loom the
+/// release is skipped (the models are short; leaking is safe).
+#[allow(dead_code)]
+pub(crate) fn defer_until_unpinned(f: impl FnOnce() + Send + 'static) {
+    #[cfg(not(loom))]
+    crossbeam_epoch::pin().defer(f);
+    #[cfg(loom)]
+    drop(f);
+}
