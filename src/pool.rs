@@ -17,8 +17,8 @@ pub trait Lane: Send + 'static {
     /// Handles one message.
     fn handle(&mut self, message: Self::Message);
 
-    /// Called when the lane's queue is momentarily empty, before it waits for more: a place for
-    /// deferred work such as publishing counters or sweeping.
+    /// Called when the lane's queue is momentarily empty (before it waits for more) and before
+    /// every task: a place for deferred work such as publishing counters.
     fn idle(&mut self) {}
 }
 
@@ -142,7 +142,10 @@ impl<L: Lane> StickyPool<L> {
 fn run<L: Lane>(mut lane: L, receiver: Receiver<Envelope<L>>) {
     let handle = |lane: &mut L, envelope| match envelope {
         Envelope::Message(message) => lane.handle(message),
-        Envelope::Task(task) => task(lane),
+        Envelope::Task(task) => {
+            lane.idle();
+            task(lane)
+        }
     };
     while let Ok(envelope) = receiver.recv() {
         handle(&mut lane, envelope);

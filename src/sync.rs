@@ -339,7 +339,12 @@ pub(crate) mod epoch {
 #[allow(dead_code)]
 pub(crate) fn defer_until_unpinned(f: impl FnOnce() + Send + 'static) {
     #[cfg(not(loom))]
-    crossbeam_epoch::pin().defer(f);
+    {
+        let guard = crossbeam_epoch::pin();
+        guard.defer(f);
+        // Hand it to the global queue now: a lane defers rarely, so its local bag may not fill.
+        guard.flush();
+    }
     #[cfg(loom)]
     drop(f);
 }

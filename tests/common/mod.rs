@@ -17,11 +17,22 @@ pub enum Op {
 
 /// A small fleet, so events collide: ids 0..3, ranks 0..2.
 pub fn worker() -> impl Strategy<Value = Worker> {
-    (0u64..3, 0u32..2).prop_map(|(id, rank)| Worker::new(id, rank))
+    workers_among(3)
+}
+
+/// Ids 0..`ids`, ranks 0..2.
+pub fn workers_among(ids: u64) -> impl Strategy<Value = Worker> {
+    (0..ids, 0u32..2).prop_map(|(id, rank)| Worker::new(id, rank))
 }
 
 /// Small alphabets make shared prefixes, duplicates, conflicts and unknown parents common.
 pub fn op(locals: u64, engine_hashes: u64) -> impl Strategy<Value = Op> {
+    op_among(3, locals, engine_hashes)
+}
+
+/// Like [`op`], over workers with ids 0..`ids`.
+pub fn op_among(ids: u64, locals: u64, engine_hashes: u64) -> impl Strategy<Value = Op> {
+    let worker = move || workers_among(ids);
     let block = (0..locals, 0..engine_hashes).prop_map(|(l, h)| StoredBlock::new(l, h));
     prop_oneof![
         6 => (worker(), prop::option::weighted(0.6, 0..engine_hashes), prop::collection::vec(block, 0..5))
@@ -31,7 +42,7 @@ pub fn op(locals: u64, engine_hashes: u64) -> impl Strategy<Value = Op> {
         }),
         1 => worker().prop_map(|w| Op::Event(RouterEvent::cleared(w, 0))),
         1 => worker().prop_map(Op::RemoveRank),
-        1 => (0u64..3).prop_map(|id| Op::RemoveId(WorkerId(id))),
+        1 => (0..ids).prop_map(|id| Op::RemoveId(WorkerId(id))),
     ]
 }
 
