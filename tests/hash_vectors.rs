@@ -33,10 +33,7 @@ impl Case {
     /// The `mm_hash` values of each block, as `BlockHasher::hash_request_mm` takes them.
     fn block_mm(&self) -> Vec<Vec<u64>> {
         let Some(blocks) = &self.mm else { return Vec::new() };
-        blocks
-            .iter()
-            .map(|block| block.iter().flatten().map(|obj| obj.0).collect())
-            .collect()
+        blocks.iter().map(|block| block.iter().flatten().map(|obj| obj.0).collect()).collect()
     }
 }
 
