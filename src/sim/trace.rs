@@ -279,7 +279,10 @@ mod tests {
         let text = "{\"input_length\": 1024, \"hash_ids\": [0, 1]}\n\
                     {\"input_length\": 1025, \"hash_ids\": [0, 1]}\n";
         let err = read_trace(text.as_bytes()).unwrap_err();
-        assert!(matches!(err, TraceError::LengthMismatch { line: 2, input_length: 1025, hash_ids: 2 }));
+        assert!(matches!(
+            err,
+            TraceError::LengthMismatch { line: 2, input_length: 1025, hash_ids: 2 }
+        ));
         assert!(err.to_string().contains("expected 3"), "{err}");
     }
 
