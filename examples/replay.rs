@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use kvroute::index::ReferenceIndex;
+use kvroute::index::{EventPool, PoolConfig, ReferenceIndex};
 use kvroute::sim::trace::load_trace;
 use kvroute::sim::{FleetConfig, Routing, bundled_trace_path, try_replay_fleet};
 
@@ -81,6 +81,26 @@ fn run() -> Result<(), String> {
     }
     latencies.sort_unstable();
 
+    // The concurrent index (2 lanes) on the same stream, checked against the reference.
+    let pool = EventPool::new(PoolConfig::default());
+    let start = Instant::now();
+    for event in &replay.events {
+        pool.apply_blocking(event.clone()).map_err(|err| err.to_string())?;
+    }
+    pool.flush().map_err(|err| err.to_string())?;
+    let pool_ingest = start.elapsed();
+    let mut pool_latencies = Vec::with_capacity(replay.queries.len());
+    let mut disagreements = 0u64;
+    for query in &replay.queries {
+        let start = Instant::now();
+        let scores = pool.find_matches(query);
+        pool_latencies.push(start.elapsed());
+        disagreements += u64::from(scores != index.find_matches(query));
+    }
+    pool_latencies.sort_unstable();
+    let pool_stats = pool.stats();
+    let pool_errors: u64 = pool_stats.errors.iter().sum();
+
     let routing = match config.routing {
         Routing::RoundRobin => "round-robin".to_owned(),
         _ => format!("bounded share (slack {})", config.share_slack),
@@ -118,6 +138,16 @@ fn run() -> Result<(), String> {
         ("ingest block-ops/s", group(per_second(stats.block_ops(), ingest))),
         ("find_matches p50", micros(percentile(&latencies, 0.50))),
         ("find_matches p99", micros(percentile(&latencies, 0.99))),
+        ("ingest (EventPool, 2 lanes)", seconds(pool_ingest)),
+        ("  block-ops/s", group(per_second(stats.block_ops(), pool_ingest))),
+        ("  find_matches p50", micros(percentile(&pool_latencies, 0.50))),
+        ("  find_matches p99", micros(percentile(&pool_latencies, 0.99))),
+        (
+            "  bytes per live entry",
+            format!("{:.1}", pool_stats.bytes as f64 / pool_stats.live_entries.max(1) as f64),
+        ),
+        ("  apply errors", group(pool_errors)),
+        ("  answers differing from reference", group(disagreements)),
         (
             "find_matches max depth, mean",
             format!("{:.1} blocks", matched as f64 / latencies.len().max(1) as f64),
@@ -128,8 +158,11 @@ fn run() -> Result<(), String> {
     for (name, value) in &rows {
         println!("{name:<width$}  {value:>value_width$}");
     }
-    if errors > 0 {
-        return Err(format!("{errors} events were rejected by the index"));
+    if errors > 0 || pool_errors > 0 {
+        return Err(format!("{errors} + {pool_errors} events were rejected by the indexes"));
+    }
+    if disagreements > 0 {
+        return Err(format!("{disagreements} queries answered differently by the two indexes"));
     }
     Ok(())
 }
