@@ -223,7 +223,7 @@ pub(crate) use imp::*;
 /// Writers replace the value (under a lock of their own); readers [`pin`] once per operation and
 /// [`epoch::Published::load`] it. Normally reclamation is `crossbeam-epoch`'s; under loom the
 /// replaced values are kept until the cell drops, so loom sees our own orderings only.
-pub(crate) mod epoch {
+pub mod epoch {
     #[cfg(not(loom))]
     mod imp {
         use crossbeam_epoch::{self as ce, Atomic, Owned};

@@ -59,7 +59,7 @@ struct Shard {
 }
 
 /// See the [module docs](self).
-pub(crate) struct NodeTable {
+pub struct NodeTable {
     shards: Box<[CachePadded<Shard>]>,
 }
 
@@ -69,7 +69,8 @@ fn stored_key(key: u64) -> u64 {
 }
 
 impl NodeTable {
-    pub(crate) fn new() -> Self {
+    /// An empty table.
+    pub fn new() -> Self {
         let shards = (0..1usize << SHARD_BITS).map(|_| {
             CachePadded::new(Shard {
                 array: Published::new(Array::with_slots(MIN_SLOTS)),
@@ -86,7 +87,7 @@ impl NodeTable {
 
     /// The word stored under `key`, 0 when absent. Lock-free.
     #[inline]
-    pub(crate) fn get(&self, key: u64, guard: &Guard) -> u64 {
+    pub fn get(&self, key: u64, guard: &Guard) -> u64 {
         let key = stored_key(key);
         let array = self.shard(key).array.load(guard);
         let mask = array.mask();
@@ -108,7 +109,7 @@ impl NodeTable {
     }
 
     /// Sets `bits` in the word of `key`, inserting it if absent. Returns the previous word.
-    pub(crate) fn set_bits(&self, key: u64, bits: u64) -> u64 {
+    pub fn set_bits(&self, key: u64, bits: u64) -> u64 {
         debug_assert_ne!(bits, 0);
         let key = stored_key(key);
         let shard = self.shard(key);
@@ -154,7 +155,7 @@ impl NodeTable {
     }
 
     /// Clears `bits` in the word of `key`. Returns the previous word (0 if absent).
-    pub(crate) fn clear_bits(&self, key: u64, bits: u64) -> u64 {
+    pub fn clear_bits(&self, key: u64, bits: u64) -> u64 {
         let key = stored_key(key);
         let shard = self.shard(key);
         let mut counts = shard.counts.lock();
