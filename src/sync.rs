@@ -255,6 +255,15 @@ pub mod epoch {
                 unsafe { shared.deref() }
             }
 
+            /// The current value, for the writer: `_lock` is the guard of the lock every
+            /// [`Self::replace`] of this cell is made under, so the value cannot be retired
+            /// while the returned borrow (tied to the guard) lives. Needs no epoch pin.
+            pub fn load_locked<'a, G>(&'a self, _lock: &'a G) -> &'a T {
+                // SAFETY: non-null as in `load`; `replace` runs only under the lock whose guard
+                // `_lock` borrows, so the current value stays linked (hence alive) for `'a`.
+                unsafe { self.0.load(Ordering::Acquire, ce::unprotected()).deref() }
+            }
+
             /// Publishes `value` and retires the old one once no reader can hold it.
             pub fn replace(&self, value: T) {
                 let guard = ce::pin();
@@ -310,6 +319,12 @@ pub mod epoch {
             /// The current value.
             pub fn load<'g>(&self, _guard: &'g Guard) -> &'g T {
                 // SAFETY: non-null, and never freed before the cell drops, which `&self` outlives.
+                unsafe { &*self.current.load(Ordering::Acquire) }
+            }
+
+            /// The current value, for the writer holding the lock `replace` is made under.
+            pub fn load_locked<'a, G>(&'a self, _lock: &'a G) -> &'a T {
+                // SAFETY: non-null, and never freed before the cell drops.
                 unsafe { &*self.current.load(Ordering::Acquire) }
             }
 

@@ -12,6 +12,8 @@
 //! into a fresh array sized for them (growing or shrinking) and retires the old one through the
 //! epoch, so memory follows the live state.
 
+use std::cell::Cell;
+
 use crossbeam_utils::CachePadded;
 
 use crate::sync::epoch::{self, Guard, Published};
@@ -45,12 +47,18 @@ impl Array {
     }
 }
 
+/// Guarded by the shard's mutex; `Cell`s so the guard can be borrowed shared (as proof of the
+/// lock for [`Published::load_locked`]) while the counts change.
 #[derive(Default)]
 struct ShardCounts {
     /// Slots with a key (live or dead).
-    keyed: usize,
+    keyed: Cell<usize>,
     /// Slots with a non-zero word.
-    live: usize,
+    live: Cell<usize>,
+}
+
+fn bump(cell: &Cell<usize>, up: bool) {
+    cell.set(if up { cell.get() + 1 } else { cell.get() - 1 });
 }
 
 struct Shard {
@@ -113,14 +121,11 @@ impl NodeTable {
         debug_assert_ne!(bits, 0);
         let key = stored_key(key);
         let shard = self.shard(key);
-        let mut counts = shard.counts.lock();
-        let guard = epoch::pin();
-        let mut array = shard.array.load(&guard);
-        if (counts.keyed + 1) * 5 > array.slots.len() * 4 {
-            let live = counts.live + 1;
-            Self::rebuild(shard, &mut counts, live);
-            array = shard.array.load(&guard);
+        let counts = shard.counts.lock();
+        if (counts.keyed.get() + 1) * 5 > shard.array.load_locked(&counts).slots.len() * 4 {
+            Self::rebuild(shard, &counts, counts.live.get() + 1);
         }
+        let array = shard.array.load_locked(&counts);
         let mask = array.mask();
         let mut at = key as usize & mask;
         let mut reusable = None;
@@ -129,7 +134,9 @@ impl NodeTable {
             let seen = slot.key.load(Ordering::Relaxed);
             if seen == key {
                 let old = slot.word.fetch_or(bits, Ordering::Release);
-                counts.live += usize::from(old == 0);
+                if old == 0 {
+                    bump(&counts.live, true);
+                }
                 return old;
             }
             if seen == EMPTY {
@@ -143,14 +150,14 @@ impl NodeTable {
         let slot = match reusable {
             Some(dead) => &array.slots[dead],
             None => {
-                counts.keyed += 1;
+                bump(&counts.keyed, true);
                 &array.slots[at]
             }
         };
         // Key first, then the word with release: a reader that sees the word sees the key.
         slot.key.store(key, Ordering::Release);
         slot.word.store(bits, Ordering::Release);
-        counts.live += 1;
+        bump(&counts.live, true);
         0
     }
 
@@ -158,9 +165,8 @@ impl NodeTable {
     pub fn clear_bits(&self, key: u64, bits: u64) -> u64 {
         let key = stored_key(key);
         let shard = self.shard(key);
-        let mut counts = shard.counts.lock();
-        let guard = epoch::pin();
-        let array = shard.array.load(&guard);
+        let counts = shard.counts.lock();
+        let array = shard.array.load_locked(&counts);
         let mask = array.mask();
         let mut at = key as usize & mask;
         loop {
@@ -168,12 +174,12 @@ impl NodeTable {
             let seen = slot.key.load(Ordering::Relaxed);
             if seen == key {
                 let old = slot.word.fetch_and(!bits, Ordering::Release);
+                let len = array.slots.len();
                 if old != 0 && old & !bits == 0 {
-                    counts.live -= 1;
+                    bump(&counts.live, false);
                     // Shrink once mostly dead (below 1/8 load, so the new array is smaller).
-                    if counts.live * 8 < array.slots.len() && array.slots.len() > MIN_SLOTS {
-                        let live = counts.live;
-                        Self::rebuild(shard, &mut counts, live);
+                    if counts.live.get() * 8 < len && len > MIN_SLOTS {
+                        Self::rebuild(shard, &counts, counts.live.get());
                     }
                 }
                 return old;
@@ -186,7 +192,7 @@ impl NodeTable {
     }
 
     /// Copies the live slots into a fresh array with room for `live` keys at ≤ 40% load.
-    fn rebuild(shard: &Shard, counts: &mut ShardCounts, live: usize) {
+    fn rebuild(shard: &Shard, counts: &ShardCounts, live: usize) {
         let guard = epoch::pin();
         let old = shard.array.load(&guard);
         let fresh = Array::with_slots((live * 5 / 2).next_power_of_two().max(MIN_SLOTS));
@@ -206,13 +212,14 @@ impl NodeTable {
             fresh.slots[at].word.store(word, Ordering::Relaxed);
             moved += 1;
         }
-        *counts = ShardCounts { keyed: moved, live: moved };
+        counts.keyed.set(moved);
+        counts.live.set(moved);
         shard.array.replace(fresh);
     }
 
     /// Keys with a non-zero word.
     pub(crate) fn live(&self) -> usize {
-        self.shards.iter().map(|shard| shard.counts.lock().live).sum()
+        self.shards.iter().map(|shard| shard.counts.lock().live.get()).sum()
     }
 
     /// Bytes held by the arrays (slots only).
