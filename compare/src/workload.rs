@@ -29,9 +29,9 @@ pub fn build(dup: usize) -> Workload {
     let mut fleet: Vec<Cache> = (0..WORKERS).map(|id| Cache::new(Worker::new(id, 0))).collect();
     let mut events = Vec::new();
     let mut queries = Vec::new();
-    let sessions = 2_000u64;
+    let sessions = 4_000u64;
     for salt in 0..dup as u64 {
-        for request in 0..12_000u64 {
+        for request in 0..24_000u64 {
             let session = mix(request.wrapping_mul(7) ^ salt) % sessions;
             let turn = request / sessions;
             let len = 8 + 12 * (turn + 1) + mix(session) % 24;
