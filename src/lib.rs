@@ -40,9 +40,10 @@
 pub mod event;
 pub mod hash;
 pub mod index;
+pub mod pool;
 #[cfg(feature = "sim")]
 pub mod sim;
-#[allow(dead_code)]
+
 mod sync;
 
 pub use event::{
