@@ -8,6 +8,7 @@
 pub mod convert;
 pub mod dynamo_crtc;
 pub mod dynamo_radix;
+pub mod kvroute_pool;
 pub mod latency;
 pub mod measure;
 pub mod memory;

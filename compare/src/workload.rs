@@ -1,18 +1,15 @@
-//! The event stream and queries every subject is fed.
-//!
-//! PLACEHOLDER until `kvroute::sim::replay_fleet` lands: a small synthetic fleet of the same
-//! shape (16 workers with LRU caches of 16,384 blocks, sticky sessions growing a shared
-//! system prompt, tails evicted before their prefixes).
+//! The event stream and queries every subject is fed: the bundled Mooncake conversation trace
+//! replayed through `kvroute::sim`'s mock fleet (16 workers with LRU caches of 16,384 blocks,
+//! each trace `hash_id` expanded into 8 KV blocks of 64 tokens, bounded-share longest-prefix
+//! routing, tails evicted before their prefixes).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+use std::time::Instant;
 
 use kvroute::hash::next_sequence_hash;
-use kvroute::{LocalBlockHash, RouterEvent, SequenceHash, StoredBlock, Worker};
-
-/// Workers in the fleet.
-pub const WORKERS: u64 = 16;
-/// Blocks each worker's cache holds.
-pub const CACHE_BLOCKS: usize = 16_384;
+use kvroute::sim::trace::load_trace;
+use kvroute::sim::{FleetConfig, bundled_trace_path, replay_fleet};
+use kvroute::{KvEventData, LocalBlockHash, RouterEvent, SequenceHash, Worker};
 
 /// One replay: the events the fleet published and the requests' block hashes, in order.
 pub struct Workload {
@@ -24,107 +21,64 @@ pub struct Workload {
     pub description: String,
 }
 
-/// The stream for `dup` salted copies of the workload.
-pub fn build(dup: usize) -> Workload {
-    let mut fleet: Vec<Cache> = (0..WORKERS).map(|id| Cache::new(Worker::new(id, 0))).collect();
-    let mut events = Vec::new();
-    let mut queries = Vec::new();
-    let sessions = 4_000u64;
-    for salt in 0..dup as u64 {
-        for request in 0..24_000u64 {
-            let session = mix(request.wrapping_mul(7) ^ salt) % sessions;
-            let turn = request / sessions;
-            let len = 8 + 12 * (turn + 1) + mix(session) % 24;
-            let local: Vec<LocalBlockHash> = (0..len)
-                .map(|i| {
-                    let content = if i < 8 { i } else { (session << 20) | i };
-                    LocalBlockHash(mix(content ^ (salt << 56)))
-                })
-                .collect();
-            let worker = (session % WORKERS) as usize;
-            fleet[worker].serve(&local, &mut events);
-            queries.push(local);
+/// The fleet this comparison replays: [`FleetConfig`]'s defaults (16 workers × 16,384 blocks,
+/// 8 sub-blocks), the trace replayed `dup` times with distinct salts.
+pub fn config(dup: u32) -> FleetConfig {
+    FleetConfig { workers: 16, cache_blocks: 16_384, sub_blocks: 8, dup, ..FleetConfig::default() }
+}
+
+/// How the engines name their blocks in the stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineHashes {
+    /// One name per prefix, the same on every worker (engines with a fixed hash seed, e.g.
+    /// vLLM with `PYTHONHASHSEED` set, as Dynamo's KV routing setup asks for).
+    Shared,
+    /// The fleet's own per-worker salted names: the same prefix has a different engine hash on
+    /// each worker.
+    PerWorker,
+}
+
+impl EngineHashes {
+    /// The command-line spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Shared => "shared",
+            Self::PerWorker => "per-worker",
         }
     }
+
+    /// Parses [`Self::name`].
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::Shared, Self::PerWorker].into_iter().find(|h| h.name() == name)
+    }
+}
+
+/// The replay of the bundled trace with `dup` salted copies, engine hashes as `hashes` says.
+pub fn build(dup: u32, hashes: EngineHashes) -> Result<Workload, String> {
+    let path = bundled_trace_path();
+    let trace = load_trace(&path).map_err(|e| format!("loading {}: {e}", path.display()))?;
+    let config = config(dup);
+    let start = Instant::now();
+    let replay = replay_fleet(&trace, &config);
+    let stats = &replay.stats;
+    let events = match hashes {
+        EngineHashes::PerWorker => replay.events,
+        EngineHashes::Shared => shared_engine_hashes(&replay.events),
+    };
     let description = format!(
-        "PLACEHOLDER synthetic fleet ×{dup}: {WORKERS} workers × {CACHE_BLOCKS} blocks, sticky sessions"
+        "{} ×{dup}: {} requests, {} workers × {} blocks of {} tokens, {} engine hashes; fleet \
+         hit {:.1}% of requested blocks (unlimited-cache oracle {:.1}%); replayed in {:.1} s",
+        path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into()),
+        stats.requests,
+        config.workers,
+        config.cache_blocks,
+        config.block_size(),
+        hashes.name(),
+        100.0 * stats.hit_rate(),
+        100.0 * stats.oracle_hit_rate(),
+        start.elapsed().as_secs_f64(),
     );
-    Workload { events, queries, description }
-}
-
-/// One mock worker's LRU cache.
-struct Cache {
-    worker: Worker,
-    next_event: u64,
-    clock: u64,
-    /// Engine hash → last-use stamp.
-    stamp: HashMap<SequenceHash, u64>,
-    /// Last-use stamp → engine hash; the smallest is evicted first.
-    by_stamp: BTreeMap<u64, SequenceHash>,
-}
-
-impl Cache {
-    fn new(worker: Worker) -> Self {
-        Self {
-            worker,
-            next_event: 0,
-            clock: 1 << 40,
-            stamp: HashMap::new(),
-            by_stamp: BTreeMap::new(),
-        }
-    }
-
-    /// Serves one request: stores its missing blocks, touches all of them (prefixes newer than
-    /// their tails, so a prefix is never evicted before its tail) and evicts down to capacity.
-    fn serve(&mut self, local: &[LocalBlockHash], events: &mut Vec<RouterEvent>) {
-        self.clock += local.len() as u64 + 1;
-        let mut parent = None;
-        let mut stored_parent = None;
-        let mut stored = Vec::new();
-        for (position, &block) in local.iter().enumerate() {
-            // The engine's own hash: a salted chain, distinct from ours.
-            let hash = SequenceHash(next_sequence_hash(parent, block).0 ^ 0x5eed);
-            let stamp = self.clock - position as u64;
-            match self.stamp.insert(hash, stamp) {
-                Some(old) => {
-                    self.by_stamp.remove(&old);
-                }
-                None => {
-                    if stored.is_empty() {
-                        stored_parent = parent.map(|p: SequenceHash| SequenceHash(p.0 ^ 0x5eed));
-                    }
-                    stored.push(StoredBlock { local: block, hash });
-                }
-            }
-            self.by_stamp.insert(stamp, hash);
-            parent = Some(SequenceHash(hash.0 ^ 0x5eed));
-        }
-        if !stored.is_empty() {
-            events.push(RouterEvent::stored(self.worker, self.event_id(), stored_parent, stored));
-        }
-        let mut evicted = Vec::new();
-        while self.stamp.len() > CACHE_BLOCKS {
-            let (_, hash) = self.by_stamp.pop_first().expect("cache is not empty");
-            self.stamp.remove(&hash);
-            evicted.push(hash);
-        }
-        if !evicted.is_empty() {
-            events.push(RouterEvent::removed(self.worker, self.event_id(), evicted));
-        }
-    }
-
-    fn event_id(&mut self) -> u64 {
-        self.next_event += 1;
-        self.next_event
-    }
-}
-
-/// splitmix64: a cheap, well-mixed 64-bit hash.
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49eb_1133_111b);
-    x ^ (x >> 31)
+    Ok(Workload { events, queries: replay.queries, description })
 }
 
 /// `events` again under other worker ids (`id + offset`): the same blocks, so the same tree
@@ -140,22 +94,38 @@ pub fn shifted(events: &[RouterEvent], offset: u64) -> Vec<RouterEvent> {
         .collect()
 }
 
-/// Live (worker, block) entries after `events`: stored minus removed, per worker.
-pub fn live_entries(events: &[RouterEvent]) -> usize {
-    let mut held: HashMap<Worker, std::collections::HashSet<SequenceHash>> = HashMap::new();
-    for event in events {
-        let set = held.entry(event.worker()).or_default();
-        match &event.event.data {
-            kvroute::KvEventData::Stored { blocks, .. } => {
-                set.extend(blocks.iter().map(|b| b.hash))
-            }
-            kvroute::KvEventData::Removed { blocks } => {
-                for hash in blocks {
-                    set.remove(hash);
+/// `events` with every engine hash replaced by a name that depends only on the block's prefix
+/// (a fixed bijection of our sequence hash), so the same prefix has the same engine hash on
+/// every worker. Exact: each worker's engine hash → prefix map is replayed alongside.
+pub fn shared_engine_hashes(events: &[RouterEvent]) -> Vec<RouterEvent> {
+    let name = |seq: SequenceHash| SequenceHash(seq.0.rotate_left(17) ^ 0x5ea1_ed5e_ed00_0000);
+    let mut prefixes: HashMap<Worker, HashMap<SequenceHash, SequenceHash>> = HashMap::new();
+    events
+        .iter()
+        .map(|event| {
+            let held = prefixes.entry(event.worker()).or_default();
+            let mut event = event.clone();
+            match &mut event.event.data {
+                KvEventData::Stored { parent, blocks } => {
+                    let mut seq = parent.and_then(|p| held.get(&p).copied());
+                    *parent = seq.map(name);
+                    for block in blocks {
+                        let next = next_sequence_hash(seq, block.local);
+                        held.insert(block.hash, next);
+                        block.hash = name(next);
+                        seq = Some(next);
+                    }
                 }
+                KvEventData::Removed { blocks } => {
+                    for hash in blocks {
+                        if let Some(seq) = held.remove(hash) {
+                            *hash = name(seq);
+                        }
+                    }
+                }
+                KvEventData::Cleared => held.clear(),
             }
-            kvroute::KvEventData::Cleared => set.clear(),
-        }
-    }
-    held.values().map(|set| set.len()).sum()
+            event
+        })
+        .collect()
 }

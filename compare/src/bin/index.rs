@@ -24,18 +24,20 @@ use std::process::{Command, ExitCode, Stdio};
 
 use kvroute_compare::dynamo_crtc::DynamoCrtc;
 use kvroute_compare::dynamo_radix::DynamoRadix;
+use kvroute_compare::kvroute_pool::KvroutePool;
 use kvroute_compare::measure::{self, Plan};
 use kvroute_compare::outcome::Outcome;
 use kvroute_compare::reference::KvrouteReference;
 use kvroute_compare::report::{self, Runs, grouped};
 use kvroute_compare::subject::SUBJECTS;
-use kvroute_compare::workload::{self, Workload};
+use kvroute_compare::workload::{self, EngineHashes, Workload};
 
 /// Lanes (event threads) of the pooled subjects.
 const LANES: usize = 2;
 
 struct Args {
-    dup: usize,
+    dup: u32,
+    hashes: EngineHashes,
     runs: usize,
     subject: Option<String>,
     subjects: Vec<String>,
@@ -43,8 +45,10 @@ struct Args {
 }
 
 fn usage() -> &'static str {
-    "usage: index [--dup N] [--runs R] [--subjects a,b,…] [--timed Q] [--checked C]\n\
+    "usage: index [--dup N] [--runs R] [--engine-hashes H] [--subjects a,b,…] [--timed Q] [--checked C]\n\
      \x20 --dup N       replay the trace N times with distinct salts (default 1)\n\
+     \x20 --engine-hashes shared | per-worker: one engine hash per prefix on every worker (default),\n\
+     \x20               or the fleet's per-worker salted hashes (Dynamo's trees reject many events)\n\
      \x20 --runs R      fresh processes per subject; the table shows medians (default 5)\n\
      \x20 --subjects    comma-separated subset of: dynamo-crtc, dynamo-radix, kvroute-reference, kvroute\n\
      \x20 --timed Q     queries timed in the quiescent pass (default 20000)\n\
@@ -54,6 +58,7 @@ fn usage() -> &'static str {
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         dup: 1,
+        hashes: EngineHashes::Shared,
         runs: 5,
         subject: None,
         subjects: SUBJECTS.iter().map(|s| s.to_string()).collect(),
@@ -64,7 +69,14 @@ fn parse_args() -> Result<Args, String> {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
         let number = |v: String| v.parse::<usize>().map_err(|e| format!("{flag}: {e}"));
         match flag.as_str() {
-            "--dup" => args.dup = number(value()?)?.max(1),
+            "--dup" => {
+                args.dup = u32::try_from(number(value()?)?.max(1)).map_err(|e| e.to_string())?
+            }
+            "--engine-hashes" => {
+                let name = value()?;
+                args.hashes = EngineHashes::parse(&name)
+                    .ok_or_else(|| format!("--engine-hashes: {name}? (shared | per-worker)"))?;
+            }
             "--runs" => args.runs = number(value()?)?.max(1),
             "--timed" => args.plan.timed_queries = number(value()?)?.max(1),
             "--checked" => args.plan.checked_queries = number(value()?)?,
@@ -92,12 +104,21 @@ fn measure_subject(name: &str, workload: &Workload, plan: Plan) -> Option<Outcom
         "kvroute-reference" => {
             measure::run(name, KvrouteReference::new(), workload, plan, measure::single_threaded)
         }
+        "kvroute" => {
+            measure::run(name, KvroutePool::new(LANES), workload, plan, measure::while_ingesting)
+        }
         _ => return None,
     })
 }
 
 fn child(name: &str, args: &Args) -> ExitCode {
-    let workload = workload::build(args.dup);
+    let workload = match workload::build(args.dup, args.hashes) {
+        Ok(workload) => workload,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::FAILURE;
+        }
+    };
     println!("WORKLOAD {}", workload.description);
     match measure_subject(name, &workload, args.plan) {
         Some(outcome) => {
@@ -125,6 +146,7 @@ fn parent(args: &Args) -> Result<(Vec<Runs>, String), String> {
             }
             let output = Command::new(&exe)
                 .args(["--subject", &runs.subject, "--dup", &args.dup.to_string()])
+                .args(["--engine-hashes", args.hashes.name()])
                 .args(["--timed", &args.plan.timed_queries.to_string()])
                 .args(["--checked", &args.plan.checked_queries.to_string()])
                 .stderr(Stdio::inherit())
@@ -161,6 +183,12 @@ fn parent(args: &Args) -> Result<(Vec<Runs>, String), String> {
     Ok((all, description))
 }
 
+/// `/proc/loadavg`'s first three fields: other work on the machine during the runs.
+fn load_average() -> String {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
 fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(args) => args,
@@ -172,6 +200,7 @@ fn main() -> ExitCode {
     if let Some(name) = &args.subject {
         return child(name, &args);
     }
+    let load_before = load_average();
     let (all, description) = match parent(&args) {
         Ok(result) => result,
         Err(message) => {
@@ -185,6 +214,7 @@ fn main() -> ExitCode {
     };
     println!("index comparison: kvroute vs dynamo-kv-router 1.6.1, medians of {} runs", args.runs);
     println!("workload: {description}");
+    println!("load average (1/5/15 min) before: {load_before}; after: {}", load_average());
     println!(
         "stream: {} events, {} block ops, {} live (worker, block) entries; {} timed / {} checked queries",
         grouped(first.events),
