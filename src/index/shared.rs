@@ -11,7 +11,7 @@ use crate::event::{LocalBlockHash, SequenceHash};
 use crate::hash::next_sequence_hash;
 use crate::index::OverlapScores;
 use crate::index::slots::WorkerSlots;
-use crate::index::table::NodeTable;
+use crate::index::table::{BitOp, NodeTable};
 use crate::sync::epoch;
 
 /// Word number of the summary entry (the words themselves are 0..64).
@@ -40,6 +40,38 @@ impl SharedIndex {
     /// An empty index for up to `max_workers` (at most 4,096) workers.
     pub fn new(max_workers: usize) -> Self {
         Self { table: NodeTable::new(), slots: WorkerSlots::new(max_workers.clamp(1, 64 * 64)) }
+    }
+
+    /// Whether `slot` holds `node`: exact for the lane that owns the slot (no one else writes it).
+    pub(crate) fn holds(&self, node: SequenceHash, slot: u32, guard: &epoch::Guard) -> bool {
+        let (word, bit) = split(slot);
+        self.table.get(word_key(node.0, word), guard) & bit != 0
+    }
+
+    /// Marks every node of `nodes` held (`set`) or no longer held by `slot`, in one batch per
+    /// shard for slots of the first word. `scratch` is a reusable buffer.
+    pub(crate) fn change_holders(
+        &self,
+        slot: u32,
+        nodes: impl Iterator<Item = SequenceHash>,
+        set: bool,
+        scratch: &mut Vec<BitOp>,
+    ) {
+        let (word, bit) = split(slot);
+        if word > 0 {
+            // Beyond 64 workers the summary protocol orders each change; go one by one.
+            for node in nodes {
+                if set {
+                    self.add_holder(node, slot);
+                } else {
+                    self.remove_holder(node, slot);
+                }
+            }
+            return;
+        }
+        scratch.clear();
+        scratch.extend(nodes.map(|node| BitOp { key: node.0, bits: bit, set }));
+        self.table.apply(scratch);
     }
 
     /// Marks `node` held by `slot`. Returns whether it already was.
