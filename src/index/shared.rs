@@ -104,7 +104,6 @@ impl SharedIndex {
     /// as soon as a single worker still matches.
     pub fn find_matches(&self, query: &[LocalBlockHash], early_exit: bool) -> OverlapScores {
         let guard = epoch::pin();
-        let mut scores = Vec::new();
         let mut parent = None;
         let mut nodes = query.iter().map(|&local| {
             let node = next_sequence_hash(parent, local);
@@ -114,7 +113,7 @@ impl SharedIndex {
         let Some(first) = nodes.next() else { return OverlapScores::new() };
 
         // Active words: (word number, bits of workers still matching).
-        let mut active: Vec<(u32, u64)> = Vec::with_capacity(1);
+        let mut active: Vec<(u32, u64)> = Vec::new();
         let word0 = self.table.get(first, &guard);
         if word0 != 0 {
             active.push((0, word0));
@@ -130,8 +129,8 @@ impl SharedIndex {
                 }
             }
         }
-        let mut depth = 1u32;
-        let mut remaining: u32 = active.iter().map(|(_, bits)| bits.count_ones()).sum();
+        let matching = active.iter().map(|&(_, bits)| bits.count_ones() as usize).sum();
+        let mut scores = Vec::with_capacity(matching);
         let push_all = |word: u32, mut bits: u64, depth: u32, scores: &mut Vec<_>| {
             while bits != 0 {
                 let slot = word * 64 + bits.trailing_zeros();
@@ -139,21 +138,27 @@ impl SharedIndex {
                 scores.push((self.slots.owner(slot), depth));
             }
         };
-        if remaining > 1 || !early_exit {
+        let single = |active: &[(u32, u64)]| match active {
+            [(_, bits)] => bits & (bits - 1) == 0,
+            _ => false,
+        };
+        let mut depth = 1u32;
+        if !(early_exit && single(&active)) {
             for node in nodes {
-                remaining = 0;
+                if active.is_empty() {
+                    break;
+                }
                 for (word, bits) in active.iter_mut() {
                     let kept = *bits & self.table.get(word_key(node, *word), &guard);
                     push_all(*word, *bits & !kept, depth, &mut scores);
                     *bits = kept;
-                    remaining += kept.count_ones();
                 }
-                if remaining == 0 {
+                active.retain(|&(_, bits)| bits != 0);
+                if active.is_empty() {
                     break;
                 }
                 depth += 1;
-                active.retain(|&(_, bits)| bits != 0);
-                if early_exit && remaining == 1 {
+                if early_exit && single(&active) {
                     break;
                 }
             }
