@@ -2,6 +2,7 @@
 //! store / remove cost per block, with the reference tree beside the concurrent index.
 //!
 //! `cargo bench --bench index` (add `-- find_matches` etc. to filter).
+#![allow(missing_docs)] // criterion_group! generates undocumented functions
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
