@@ -271,6 +271,9 @@ pub mod epoch {
                 // SAFETY: `old` is unlinked (no later `load` can return it) and was allocated by
                 // `Owned`; readers that loaded it are pinned, so destruction waits for them.
                 unsafe { guard.defer_destroy(old) };
+                // Writers rarely pin, so their local garbage bag would hold large retired values
+                // for long: hand it to the global queue (and collect) now.
+                guard.flush();
             }
         }
 
