@@ -55,6 +55,7 @@ pub fn run<S: Subject>(
     subject.apply_all(events);
     subject.flush();
     let ingest_ns = start.elapsed().as_nanos() as u64;
+    let rss_growth_untrimmed = rss_bytes().saturating_sub(rss_start);
     trim();
     let rss_growth = rss_bytes().saturating_sub(rss_start);
 
@@ -79,6 +80,7 @@ pub fn run<S: Subject>(
         ingest_ns,
         live_entries: live_entries as u64,
         rss_growth,
+        rss_growth_untrimmed,
         rss_growth_compacted,
         quiet_queries: quiet.len() as u64,
         quiet_p50_ns: percentile(&mut quiet, 50.0).unwrap_or(0),

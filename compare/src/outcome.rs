@@ -20,8 +20,10 @@ pub struct Outcome {
     pub ingest_ns: u64,
     /// Live (worker, block) entries after the stream, as the reference index counts them.
     pub live_entries: u64,
-    /// RSS growth over the ingest.
+    /// RSS growth over the ingest, after `malloc_trim` (live data).
     pub rss_growth: u64,
+    /// RSS growth over the ingest as the process holds it, before `malloc_trim`.
+    pub rss_growth_untrimmed: u64,
     /// RSS growth over the ingest, measured again after the subject's forced maintenance.
     pub rss_growth_compacted: Option<u64>,
     /// Queries timed while nothing is ingested.
@@ -60,6 +62,11 @@ impl Outcome {
         self.rss_growth as f64 / self.live_entries.max(1) as f64
     }
 
+    /// Untrimmed RSS growth per live entry.
+    pub fn bytes_per_entry_untrimmed(&self) -> f64 {
+        self.rss_growth_untrimmed as f64 / self.live_entries.max(1) as f64
+    }
+
     /// RSS growth per live entry after forced maintenance, if the subject has any.
     pub fn bytes_per_entry_compacted(&self) -> Option<f64> {
         self.rss_growth_compacted.map(|g| g as f64 / self.live_entries.max(1) as f64)
@@ -83,6 +90,7 @@ impl Outcome {
             ingest_ns: num("ingest_ns")?,
             live_entries: num("live_entries")?,
             rss_growth: num("rss_growth")?,
+            rss_growth_untrimmed: num("rss_growth_untrimmed")?,
             rss_growth_compacted: opt("rss_growth_compacted")?,
             quiet_queries: num("quiet_queries")?,
             quiet_p50_ns: num("quiet_p50_ns")?,
@@ -114,7 +122,7 @@ impl fmt::Display for Outcome {
         write!(
             f,
             "{PREFIX} subject={} events={} block_ops={} ingest_ns={} live_entries={} rss_growth={} \
-             rss_growth_compacted={} quiet_queries={} quiet_p50_ns={} quiet_p99_ns={} \
+             rss_growth_untrimmed={} rss_growth_compacted={} quiet_queries={} quiet_p50_ns={} quiet_p99_ns={} \
              busy_queries={} busy_p50_ns={} busy_p99_ns={} checked={} disagreements={} rejected={}",
             self.subject,
             self.events,
@@ -122,6 +130,7 @@ impl fmt::Display for Outcome {
             self.ingest_ns,
             self.live_entries,
             self.rss_growth,
+            self.rss_growth_untrimmed,
             Opt(self.rss_growth_compacted),
             self.quiet_queries,
             self.quiet_p50_ns,
@@ -149,6 +158,7 @@ mod tests {
             ingest_ns: 5_000,
             live_entries: 42,
             rss_growth: 4_096,
+            rss_growth_untrimmed: 8_192,
             rss_growth_compacted: Some(2_048),
             quiet_queries: 7,
             quiet_p50_ns: 1_500,

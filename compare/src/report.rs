@@ -49,6 +49,9 @@ impl Runs {
     fn bytes(&self) -> Option<f64> {
         self.median(|o| Some(o.bytes_per_entry()))
     }
+    fn bytes_untrimmed(&self) -> Option<f64> {
+        self.median(|o| Some(o.bytes_per_entry_untrimmed()))
+    }
     fn bytes_compacted(&self) -> Option<f64> {
         self.median(Outcome::bytes_per_entry_compacted)
     }
@@ -87,7 +90,8 @@ pub fn table(all: &[Runs]) -> String {
         "busy p50 µs",
         "busy p99 µs",
         "B/entry",
-        "B/entry swept",
+        "untrimmed",
+        "swept",
         "disagree",
         "rejected",
     ];
@@ -104,6 +108,7 @@ pub fn table(all: &[Runs]) -> String {
             cell(runs.busy_p50(), 2),
             cell(runs.busy_p99(), 2),
             cell(runs.bytes(), 0),
+            cell(runs.bytes_untrimmed(), 0),
             cell(runs.bytes_compacted(), 0),
             format!("{bad}/{checked}"),
             rejected.map_or("—".into(), |r| r.to_string()),
@@ -122,19 +127,20 @@ pub fn ratios(all: &[Runs], ours: &str) -> String {
     header.extend(theirs.iter().map(|t| format!("vs {}", t.subject)));
     let mut rows = vec![header];
     type Figure = fn(&Runs) -> Option<f64>;
-    let figures: [(&str, &str, Figure); 7] = [
+    let figures: [(&str, &str, Figure); 8] = [
         ("ingest block-ops/s", "higher", Runs::ingest_ops),
         ("find p50 quiescent", "lower", Runs::quiet_p50),
         ("find p99 quiescent", "lower", Runs::quiet_p99),
         ("find p50 while ingesting", "lower", Runs::busy_p50),
         ("find p99 while ingesting", "lower", Runs::busy_p99),
         ("bytes/entry", "lower", Runs::bytes),
+        ("bytes/entry untrimmed", "lower", Runs::bytes_untrimmed),
         ("bytes/entry vs their swept", "lower", Runs::bytes_compacted),
     ];
     for (label, better, figure) in figures {
         let mut row = vec![label.to_string(), better.to_string()];
         for their in &theirs {
-            // Against a subject without a swept figure, compare with its plain one.
+            // We have no deferred sweep: our plain figure against their swept one.
             let mine = if label.ends_with("swept") { our.bytes() } else { figure(our) };
             let other = figure(their);
             row.push(match (mine, other) {

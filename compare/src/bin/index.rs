@@ -230,6 +230,11 @@ fn main() -> ExitCode {
     );
     println!();
     print!("{}", report::table(&all));
+    println!(
+        "B/entry = RSS growth over the ingest (after malloc_trim) / live entries; untrimmed = \
+         before malloc_trim; swept = after forcing the deferred stale-child sweep Dynamo's CRTC \
+         runs at most every 5 min; disagree = worst run's mismatches vs kvroute-reference"
+    );
     let ours =
         if all.iter().any(|r| r.subject == "kvroute") { "kvroute" } else { "kvroute-reference" };
     let ratios = report::ratios(&all, ours);
