@@ -29,18 +29,21 @@ fn split(slot: u32) -> (u32, u64) {
 }
 
 /// See the [module docs](self).
-pub(crate) struct SharedIndex {
-    pub(crate) table: NodeTable,
-    pub(crate) slots: WorkerSlots,
+pub struct SharedIndex {
+    /// Membership words by node (and word) key.
+    pub table: NodeTable,
+    /// Which worker owns which membership bit.
+    pub slots: WorkerSlots,
 }
 
 impl SharedIndex {
-    pub(crate) fn new(max_workers: usize) -> Self {
+    /// An empty index for up to `max_workers` (at most 4,096) workers.
+    pub fn new(max_workers: usize) -> Self {
         Self { table: NodeTable::new(), slots: WorkerSlots::new(max_workers.clamp(1, 64 * 64)) }
     }
 
     /// Marks `node` held by `slot`. Returns whether it already was.
-    pub(crate) fn add_holder(&self, node: SequenceHash, slot: u32) -> bool {
+    pub fn add_holder(&self, node: SequenceHash, slot: u32) -> bool {
         let (word, bit) = split(slot);
         let old = self.table.set_bits(word_key(node.0, word), bit);
         if word > 0 && old == 0 {
@@ -50,7 +53,7 @@ impl SharedIndex {
     }
 
     /// Marks `node` no longer held by `slot`.
-    pub(crate) fn remove_holder(&self, node: SequenceHash, slot: u32) {
+    pub fn remove_holder(&self, node: SequenceHash, slot: u32) {
         let (word, bit) = split(slot);
         let old = self.table.clear_bits(word_key(node.0, word), bit);
         if word > 0 && old == bit {
@@ -67,7 +70,7 @@ impl SharedIndex {
 
     /// Per worker, the number of leading blocks of `query` it holds. With `early_exit`, stops
     /// as soon as a single worker still matches.
-    pub(crate) fn find_matches(&self, query: &[LocalBlockHash], early_exit: bool) -> OverlapScores {
+    pub fn find_matches(&self, query: &[LocalBlockHash], early_exit: bool) -> OverlapScores {
         let guard = epoch::pin();
         let mut scores = Vec::new();
         let mut parent = None;
