@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use crate::latency::BucketLatency;
+
 /// The prefix of the machine-readable result line a child prints.
 pub const PREFIX: &str = "RESULT";
 
@@ -32,6 +34,9 @@ pub struct Outcome {
     pub quiet_p50_ns: u64,
     /// `find_matches` 99th percentile while nothing is ingested.
     pub quiet_p99_ns: u64,
+    /// The quiescent latencies split by the matched depth of their query
+    /// ([`crate::latency::DEPTH_BUCKETS`]).
+    pub quiet_by_depth: Vec<BucketLatency>,
     /// Queries timed while another thread ingests (0 for single-threaded subjects).
     pub busy_queries: u64,
     /// `find_matches` median while another thread ingests.
@@ -95,6 +100,16 @@ impl Outcome {
             quiet_queries: num("quiet_queries")?,
             quiet_p50_ns: num("quiet_p50_ns")?,
             quiet_p99_ns: num("quiet_p99_ns")?,
+            quiet_by_depth: fields
+                .get("quiet_by_depth")?
+                .split(',')
+                .filter(|b| !b.is_empty())
+                .map(|b| {
+                    let mut it = b.split(':').map(|n| n.parse::<u64>().ok());
+                    let (count, p50_ns, p99_ns) = (it.next()??, it.next()??, it.next()??);
+                    Some(BucketLatency { count, p50_ns, p99_ns })
+                })
+                .collect::<Option<Vec<_>>>()?,
             busy_queries: num("busy_queries")?,
             busy_p50_ns: opt("busy_p50_ns")?,
             busy_p99_ns: opt("busy_p99_ns")?,
@@ -123,7 +138,7 @@ impl fmt::Display for Outcome {
             f,
             "{PREFIX} subject={} events={} block_ops={} ingest_ns={} live_entries={} rss_growth={} \
              rss_growth_untrimmed={} rss_growth_compacted={} quiet_queries={} quiet_p50_ns={} quiet_p99_ns={} \
-             busy_queries={} busy_p50_ns={} busy_p99_ns={} checked={} disagreements={} rejected={}",
+             quiet_by_depth={} busy_queries={} busy_p50_ns={} busy_p99_ns={} checked={} disagreements={} rejected={}",
             self.subject,
             self.events,
             self.block_ops,
@@ -135,6 +150,11 @@ impl fmt::Display for Outcome {
             self.quiet_queries,
             self.quiet_p50_ns,
             self.quiet_p99_ns,
+            self.quiet_by_depth
+                .iter()
+                .map(|b| format!("{}:{}:{}", b.count, b.p50_ns, b.p99_ns))
+                .collect::<Vec<_>>()
+                .join(","),
             self.busy_queries,
             Opt(self.busy_p50_ns),
             Opt(self.busy_p99_ns),
@@ -163,6 +183,10 @@ mod tests {
             quiet_queries: 7,
             quiet_p50_ns: 1_500,
             quiet_p99_ns: 6_000,
+            quiet_by_depth: vec![
+                BucketLatency { count: 5, p50_ns: 700, p99_ns: 900 },
+                BucketLatency { count: 2, p50_ns: 7_000, p99_ns: 9_000 },
+            ],
             busy_queries: 0,
             busy_p50_ns: None,
             busy_p99_ns: Some(9),

@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use crate::latency::{DEPTH_BUCKETS, bucket_label};
 use crate::outcome::Outcome;
 
 /// One subject's runs (one fresh process each).
@@ -115,6 +116,41 @@ pub fn table(all: &[Runs]) -> String {
         ]);
     }
     aligned(&rows)
+}
+
+/// Quiescent `find_matches` p50 / p99 (µs) per matched-depth bucket, medians over runs, under a
+/// line giving each bucket's query count.
+pub fn depth_table(all: &[Runs]) -> String {
+    let counts: Vec<u64> = all
+        .first()
+        .and_then(|r| r.outcomes.first())
+        .map(|o| o.quiet_by_depth.iter().map(|b| b.count).collect())
+        .unwrap_or_default();
+    let buckets: Vec<String> = DEPTH_BUCKETS
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| {
+            format!("{} ({})", bucket_label(b), grouped(counts.get(i).copied().unwrap_or(0)))
+        })
+        .collect();
+    let mut out = format!("queries by deepest match in blocks: {}\n", buckets.join(", "));
+    let mut header = vec!["µs by deepest match".to_string()];
+    for &bucket in &DEPTH_BUCKETS {
+        header.push(format!("{} p50", bucket_label(bucket)));
+        header.push(format!("{} p99", bucket_label(bucket)));
+    }
+    let mut rows = vec![header];
+    for runs in all {
+        let mut row = vec![runs.subject.clone()];
+        for i in 0..DEPTH_BUCKETS.len() {
+            let bucket = |o: &Outcome| o.quiet_by_depth.get(i).filter(|b| b.count > 0).copied();
+            row.push(cell(runs.median(|o| bucket(o).map(|b| b.p50_ns as f64 / 1e3)), 2));
+            row.push(cell(runs.median(|o| bucket(o).map(|b| b.p99_ns as f64 / 1e3)), 2));
+        }
+        rows.push(row);
+    }
+    out.push_str(&aligned(&rows));
+    out
 }
 
 /// `ours / theirs` for every figure, against each Dynamo subject present.
