@@ -23,8 +23,18 @@ use crate::sync::{AtomicU64, Mutex, Ordering};
 const EMPTY: u64 = 0;
 /// Stands in for key 0 (a 2^-64 collision risk, like any 64-bit hash identity).
 const ZERO_KEY_STAND_IN: u64 = u64::MAX;
-const SHARD_BITS: u32 = 6;
+/// 16 shards: few enough that a lane's batch takes each lock once, enough to keep two or more
+/// lanes and the occasional rebuild out of each other's way.
+const SHARD_BITS: u32 = 4;
 const MIN_SLOTS: usize = 16;
+
+/// One membership change for [`NodeTable::apply`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BitOp {
+    pub(crate) key: u64,
+    pub(crate) bits: u64,
+    pub(crate) set: bool,
+}
 
 struct Slot {
     key: AtomicU64,
@@ -118,14 +128,45 @@ impl NodeTable {
 
     /// Sets `bits` in the word of `key`, inserting it if absent. Returns the previous word.
     pub fn set_bits(&self, key: u64, bits: u64) -> u64 {
-        debug_assert_ne!(bits, 0);
         let key = stored_key(key);
         let shard = self.shard(key);
-        let counts = shard.counts.lock();
-        if (counts.keyed.get() + 1) * 5 > shard.array.load_locked(&counts).slots.len() * 4 {
-            Self::rebuild(shard, &counts, counts.live.get() + 1);
+        Self::set_locked(shard, &shard.counts.lock(), key, bits)
+    }
+
+    /// Clears `bits` in the word of `key`. Returns the previous word (0 if absent).
+    pub fn clear_bits(&self, key: u64, bits: u64) -> u64 {
+        let key = stored_key(key);
+        let shard = self.shard(key);
+        Self::clear_locked(shard, &shard.counts.lock(), key, bits)
+    }
+
+    /// Applies `ops` (reordered by shard, each key's ops keeping their order), taking each
+    /// shard's lock once: a lane's whole event costs a few lock operations, not one per block,
+    /// and the slot loads between them can overlap.
+    pub(crate) fn apply(&self, ops: &mut [BitOp]) {
+        ops.sort_by_key(|op| stored_key(op.key) >> (64 - SHARD_BITS));
+        for group in ops.chunk_by(|a, b| {
+            stored_key(a.key) >> (64 - SHARD_BITS) == stored_key(b.key) >> (64 - SHARD_BITS)
+        }) {
+            let shard = self.shard(stored_key(group[0].key));
+            let counts = shard.counts.lock();
+            for op in group {
+                let key = stored_key(op.key);
+                if op.set {
+                    Self::set_locked(shard, &counts, key, op.bits);
+                } else {
+                    Self::clear_locked(shard, &counts, key, op.bits);
+                }
+            }
         }
-        let array = shard.array.load_locked(&counts);
+    }
+
+    fn set_locked(shard: &Shard, counts: &ShardCounts, key: u64, bits: u64) -> u64 {
+        debug_assert_ne!(bits, 0);
+        if (counts.keyed.get() + 1) * 5 > shard.array.load_locked(counts).slots.len() * 4 {
+            Self::rebuild(shard, counts, counts.live.get() + 1);
+        }
+        let array = shard.array.load_locked(counts);
         let mask = array.mask();
         let mut at = key as usize & mask;
         let mut reusable = None;
@@ -161,12 +202,8 @@ impl NodeTable {
         0
     }
 
-    /// Clears `bits` in the word of `key`. Returns the previous word (0 if absent).
-    pub fn clear_bits(&self, key: u64, bits: u64) -> u64 {
-        let key = stored_key(key);
-        let shard = self.shard(key);
-        let counts = shard.counts.lock();
-        let array = shard.array.load_locked(&counts);
+    fn clear_locked(shard: &Shard, counts: &ShardCounts, key: u64, bits: u64) -> u64 {
+        let array = shard.array.load_locked(counts);
         let mask = array.mask();
         let mut at = key as usize & mask;
         loop {
@@ -179,7 +216,7 @@ impl NodeTable {
                     bump(&counts.live, false);
                     // Shrink once mostly dead (below 1/8 load, so the new array is smaller).
                     if counts.live.get() * 8 < len && len > MIN_SLOTS {
-                        Self::rebuild(shard, &counts, counts.live.get());
+                        Self::rebuild(shard, counts, counts.live.get());
                     }
                 }
                 return old;
