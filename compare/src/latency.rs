@@ -31,3 +31,65 @@ pub fn percentile(samples: &mut [u64], p: f64) -> Option<u64> {
     let rank = ((p / 100.0) * samples.len() as f64).ceil() as usize;
     Some(samples[rank.clamp(1, samples.len()) - 1])
 }
+
+/// Matched-depth ranges (deepest worker's score, in blocks) the quiescent latencies are split by:
+/// the shared system prompt only, then ever deeper matches.
+pub const DEPTH_BUCKETS: [(u32, u32); 4] = [(0, 8), (9, 64), (65, 256), (257, u32::MAX)];
+
+/// A bucket's label, e.g. `9–64`.
+pub fn bucket_label((low, high): (u32, u32)) -> String {
+    if high == u32::MAX { format!(">{}", low - 1) } else { format!("{low}–{high}") }
+}
+
+/// Latency of one bucket of queries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BucketLatency {
+    /// Queries in the bucket.
+    pub count: u64,
+    /// Median, nanoseconds (0 when empty).
+    pub p50_ns: u64,
+    /// 99th percentile, nanoseconds (0 when empty).
+    pub p99_ns: u64,
+}
+
+/// `samples` (nanoseconds) split by the matched depth of their query, per [`DEPTH_BUCKETS`].
+pub fn by_depth(samples: &[u64], depths: &[u32]) -> Vec<BucketLatency> {
+    DEPTH_BUCKETS
+        .iter()
+        .map(|&(low, high)| {
+            let mut bucket: Vec<u64> = samples
+                .iter()
+                .zip(depths)
+                .filter(|&(_, &depth)| (low..=high).contains(&depth))
+                .map(|(&ns, _)| ns)
+                .collect();
+            BucketLatency {
+                count: bucket.len() as u64,
+                p50_ns: percentile(&mut bucket, 50.0).unwrap_or(0),
+                p99_ns: percentile(&mut bucket, 99.0).unwrap_or(0),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let mut samples: Vec<u64> = (1..=100).rev().collect();
+        assert_eq!(percentile(&mut samples, 50.0), Some(50));
+        assert_eq!(percentile(&mut samples, 99.0), Some(99));
+        assert_eq!(percentile(&mut [], 50.0), None);
+    }
+
+    #[test]
+    fn splits_by_depth() {
+        let buckets = by_depth(&[10, 20, 30, 40], &[0, 8, 9, 1_000]);
+        let counts: Vec<u64> = buckets.iter().map(|b| b.count).collect();
+        assert_eq!(counts, [2, 1, 0, 1]);
+        assert_eq!(buckets[0].p99_ns, 20);
+        assert_eq!(bucket_label(DEPTH_BUCKETS[3]), ">256");
+    }
+}

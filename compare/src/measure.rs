@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use kvroute::LocalBlockHash;
 
-use crate::latency::{percentile, time_queries};
+use crate::latency::{by_depth, percentile, time_queries};
 use crate::memory::{rss_bytes, trim};
 use crate::outcome::Outcome;
 use crate::reference::KvrouteReference;
@@ -55,6 +55,7 @@ pub fn run<S: Subject>(
     subject.apply_all(events);
     subject.flush();
     let ingest_ns = start.elapsed().as_nanos() as u64;
+    let rss_growth_untrimmed = rss_bytes().saturating_sub(rss_start);
     trim();
     let rss_growth = rss_bytes().saturating_sub(rss_start);
 
@@ -62,6 +63,12 @@ pub fn run<S: Subject>(
     let warmup = timed.len().min(2_000);
     drop(time_queries(&subject, &timed[..warmup]));
     let mut quiet = time_queries(&subject, &timed);
+    // Each query's deepest match, from the subject's own (untimed) answer.
+    let depths: Vec<u32> = timed
+        .iter()
+        .map(|q| subject.scores(q).iter().map(|&(_, depth)| depth).max().unwrap_or(0))
+        .collect();
+    let quiet_by_depth = by_depth(&quiet, &depths);
 
     let rss_growth_compacted = subject.compact().then(|| {
         trim();
@@ -79,10 +86,12 @@ pub fn run<S: Subject>(
         ingest_ns,
         live_entries: live_entries as u64,
         rss_growth,
+        rss_growth_untrimmed,
         rss_growth_compacted,
         quiet_queries: quiet.len() as u64,
         quiet_p50_ns: percentile(&mut quiet, 50.0).unwrap_or(0),
         quiet_p99_ns: percentile(&mut quiet, 99.0).unwrap_or(0),
+        quiet_by_depth,
         busy_queries: busy.len() as u64,
         busy_p50_ns: percentile(&mut busy, 50.0),
         busy_p99_ns: percentile(&mut busy, 99.0),

@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use crate::latency::BucketLatency;
+
 /// The prefix of the machine-readable result line a child prints.
 pub const PREFIX: &str = "RESULT";
 
@@ -20,8 +22,10 @@ pub struct Outcome {
     pub ingest_ns: u64,
     /// Live (worker, block) entries after the stream, as the reference index counts them.
     pub live_entries: u64,
-    /// RSS growth over the ingest.
+    /// RSS growth over the ingest, after `malloc_trim` (live data).
     pub rss_growth: u64,
+    /// RSS growth over the ingest as the process holds it, before `malloc_trim`.
+    pub rss_growth_untrimmed: u64,
     /// RSS growth over the ingest, measured again after the subject's forced maintenance.
     pub rss_growth_compacted: Option<u64>,
     /// Queries timed while nothing is ingested.
@@ -30,6 +34,9 @@ pub struct Outcome {
     pub quiet_p50_ns: u64,
     /// `find_matches` 99th percentile while nothing is ingested.
     pub quiet_p99_ns: u64,
+    /// The quiescent latencies split by the matched depth of their query
+    /// ([`crate::latency::DEPTH_BUCKETS`]).
+    pub quiet_by_depth: Vec<BucketLatency>,
     /// Queries timed while another thread ingests (0 for single-threaded subjects).
     pub busy_queries: u64,
     /// `find_matches` median while another thread ingests.
@@ -60,6 +67,11 @@ impl Outcome {
         self.rss_growth as f64 / self.live_entries.max(1) as f64
     }
 
+    /// Untrimmed RSS growth per live entry.
+    pub fn bytes_per_entry_untrimmed(&self) -> f64 {
+        self.rss_growth_untrimmed as f64 / self.live_entries.max(1) as f64
+    }
+
     /// RSS growth per live entry after forced maintenance, if the subject has any.
     pub fn bytes_per_entry_compacted(&self) -> Option<f64> {
         self.rss_growth_compacted.map(|g| g as f64 / self.live_entries.max(1) as f64)
@@ -83,10 +95,21 @@ impl Outcome {
             ingest_ns: num("ingest_ns")?,
             live_entries: num("live_entries")?,
             rss_growth: num("rss_growth")?,
+            rss_growth_untrimmed: num("rss_growth_untrimmed")?,
             rss_growth_compacted: opt("rss_growth_compacted")?,
             quiet_queries: num("quiet_queries")?,
             quiet_p50_ns: num("quiet_p50_ns")?,
             quiet_p99_ns: num("quiet_p99_ns")?,
+            quiet_by_depth: fields
+                .get("quiet_by_depth")?
+                .split(',')
+                .filter(|b| !b.is_empty())
+                .map(|b| {
+                    let mut it = b.split(':').map(|n| n.parse::<u64>().ok());
+                    let (count, p50_ns, p99_ns) = (it.next()??, it.next()??, it.next()??);
+                    Some(BucketLatency { count, p50_ns, p99_ns })
+                })
+                .collect::<Option<Vec<_>>>()?,
             busy_queries: num("busy_queries")?,
             busy_p50_ns: opt("busy_p50_ns")?,
             busy_p99_ns: opt("busy_p99_ns")?,
@@ -114,18 +137,24 @@ impl fmt::Display for Outcome {
         write!(
             f,
             "{PREFIX} subject={} events={} block_ops={} ingest_ns={} live_entries={} rss_growth={} \
-             rss_growth_compacted={} quiet_queries={} quiet_p50_ns={} quiet_p99_ns={} \
-             busy_queries={} busy_p50_ns={} busy_p99_ns={} checked={} disagreements={} rejected={}",
+             rss_growth_untrimmed={} rss_growth_compacted={} quiet_queries={} quiet_p50_ns={} quiet_p99_ns={} \
+             quiet_by_depth={} busy_queries={} busy_p50_ns={} busy_p99_ns={} checked={} disagreements={} rejected={}",
             self.subject,
             self.events,
             self.block_ops,
             self.ingest_ns,
             self.live_entries,
             self.rss_growth,
+            self.rss_growth_untrimmed,
             Opt(self.rss_growth_compacted),
             self.quiet_queries,
             self.quiet_p50_ns,
             self.quiet_p99_ns,
+            self.quiet_by_depth
+                .iter()
+                .map(|b| format!("{}:{}:{}", b.count, b.p50_ns, b.p99_ns))
+                .collect::<Vec<_>>()
+                .join(","),
             self.busy_queries,
             Opt(self.busy_p50_ns),
             Opt(self.busy_p99_ns),
@@ -149,10 +178,15 @@ mod tests {
             ingest_ns: 5_000,
             live_entries: 42,
             rss_growth: 4_096,
+            rss_growth_untrimmed: 8_192,
             rss_growth_compacted: Some(2_048),
             quiet_queries: 7,
             quiet_p50_ns: 1_500,
             quiet_p99_ns: 6_000,
+            quiet_by_depth: vec![
+                BucketLatency { count: 5, p50_ns: 700, p99_ns: 900 },
+                BucketLatency { count: 2, p50_ns: 7_000, p99_ns: 9_000 },
+            ],
             busy_queries: 0,
             busy_p50_ns: None,
             busy_p99_ns: Some(9),

@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use crate::latency::{DEPTH_BUCKETS, bucket_label};
 use crate::outcome::Outcome;
 
 /// One subject's runs (one fresh process each).
@@ -49,6 +50,9 @@ impl Runs {
     fn bytes(&self) -> Option<f64> {
         self.median(|o| Some(o.bytes_per_entry()))
     }
+    fn bytes_untrimmed(&self) -> Option<f64> {
+        self.median(|o| Some(o.bytes_per_entry_untrimmed()))
+    }
     fn bytes_compacted(&self) -> Option<f64> {
         self.median(Outcome::bytes_per_entry_compacted)
     }
@@ -87,7 +91,8 @@ pub fn table(all: &[Runs]) -> String {
         "busy p50 µs",
         "busy p99 µs",
         "B/entry",
-        "B/entry swept",
+        "untrimmed",
+        "swept",
         "disagree",
         "rejected",
     ];
@@ -104,12 +109,48 @@ pub fn table(all: &[Runs]) -> String {
             cell(runs.busy_p50(), 2),
             cell(runs.busy_p99(), 2),
             cell(runs.bytes(), 0),
+            cell(runs.bytes_untrimmed(), 0),
             cell(runs.bytes_compacted(), 0),
             format!("{bad}/{checked}"),
             rejected.map_or("—".into(), |r| r.to_string()),
         ]);
     }
     aligned(&rows)
+}
+
+/// Quiescent `find_matches` p50 / p99 (µs) per matched-depth bucket, medians over runs, under a
+/// line giving each bucket's query count.
+pub fn depth_table(all: &[Runs]) -> String {
+    let counts: Vec<u64> = all
+        .first()
+        .and_then(|r| r.outcomes.first())
+        .map(|o| o.quiet_by_depth.iter().map(|b| b.count).collect())
+        .unwrap_or_default();
+    let buckets: Vec<String> = DEPTH_BUCKETS
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| {
+            format!("{} ({})", bucket_label(b), grouped(counts.get(i).copied().unwrap_or(0)))
+        })
+        .collect();
+    let mut out = format!("queries by deepest match in blocks: {}\n", buckets.join(", "));
+    let mut header = vec!["µs by deepest match".to_string()];
+    for &bucket in &DEPTH_BUCKETS {
+        header.push(format!("{} p50", bucket_label(bucket)));
+        header.push(format!("{} p99", bucket_label(bucket)));
+    }
+    let mut rows = vec![header];
+    for runs in all {
+        let mut row = vec![runs.subject.clone()];
+        for i in 0..DEPTH_BUCKETS.len() {
+            let bucket = |o: &Outcome| o.quiet_by_depth.get(i).filter(|b| b.count > 0).copied();
+            row.push(cell(runs.median(|o| bucket(o).map(|b| b.p50_ns as f64 / 1e3)), 2));
+            row.push(cell(runs.median(|o| bucket(o).map(|b| b.p99_ns as f64 / 1e3)), 2));
+        }
+        rows.push(row);
+    }
+    out.push_str(&aligned(&rows));
+    out
 }
 
 /// `ours / theirs` for every figure, against each Dynamo subject present.
@@ -122,19 +163,20 @@ pub fn ratios(all: &[Runs], ours: &str) -> String {
     header.extend(theirs.iter().map(|t| format!("vs {}", t.subject)));
     let mut rows = vec![header];
     type Figure = fn(&Runs) -> Option<f64>;
-    let figures: [(&str, &str, Figure); 7] = [
+    let figures: [(&str, &str, Figure); 8] = [
         ("ingest block-ops/s", "higher", Runs::ingest_ops),
         ("find p50 quiescent", "lower", Runs::quiet_p50),
         ("find p99 quiescent", "lower", Runs::quiet_p99),
         ("find p50 while ingesting", "lower", Runs::busy_p50),
         ("find p99 while ingesting", "lower", Runs::busy_p99),
         ("bytes/entry", "lower", Runs::bytes),
+        ("bytes/entry untrimmed", "lower", Runs::bytes_untrimmed),
         ("bytes/entry vs their swept", "lower", Runs::bytes_compacted),
     ];
     for (label, better, figure) in figures {
         let mut row = vec![label.to_string(), better.to_string()];
         for their in &theirs {
-            // Against a subject without a swept figure, compare with its plain one.
+            // We have no deferred sweep: our plain figure against their swept one.
             let mine = if label.ends_with("swept") { our.bytes() } else { figure(our) };
             let other = figure(their);
             row.push(match (mine, other) {

@@ -9,7 +9,8 @@
 //! 1. **ingest**: applies every event and flushes; ingest rate = stream / that time. RSS (after
 //!    `malloc_trim`) before and after, over live (worker, block) entries = bytes per entry.
 //! 2. **quiescent queries**: times `find_matches` one call at a time over an evenly spaced
-//!    sample of the replay's requests (after a warm-up pass).
+//!    sample of the replay's requests (after a warm-up pass); also split by how deep each query
+//!    matched (its deepest worker's score, from the subject's own untimed answer).
 //! 3. **forced maintenance**: runs the subject's deferred cleanup (Dynamo CRTC's stale-child
 //!    sweep) and measures bytes per entry again ("swept").
 //! 4. **cross-check**: compares sorted scores with `kvroute::index::ReferenceIndex` on other
@@ -230,6 +231,14 @@ fn main() -> ExitCode {
     );
     println!();
     print!("{}", report::table(&all));
+    println!(
+        "B/entry = RSS growth over the ingest (after malloc_trim) / live entries; untrimmed = \
+         before malloc_trim; swept = after forcing the deferred stale-child sweep Dynamo's CRTC \
+         runs at most every 5 min; disagree = worst run's mismatches vs kvroute-reference"
+    );
+    println!();
+    println!("quiescent find_matches split by how deep the query matched (any worker):");
+    print!("{}", report::depth_table(&all));
     let ours =
         if all.iter().any(|r| r.subject == "kvroute") { "kvroute" } else { "kvroute-reference" };
     let ratios = report::ratios(&all, ours);
