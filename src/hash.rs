@@ -184,9 +184,15 @@ mod tests {
     fn salts_change_hashes_and_empty_salts_do_not() {
         let base = BlockHasher::new(2).unwrap();
         let tokens = [1, 2, 3, 4];
-        assert_eq!(base.with_lora("").with_namespace("").local_hashes(&tokens), base.local_hashes(&tokens));
+        assert_eq!(
+            base.with_lora("").with_namespace("").local_hashes(&tokens),
+            base.local_hashes(&tokens)
+        );
         assert_ne!(base.with_lora("a").local_hashes(&tokens), base.local_hashes(&tokens));
-        assert_ne!(base.with_namespace("a").local_hashes(&tokens), base.with_lora("a").local_hashes(&tokens));
+        assert_ne!(
+            base.with_namespace("a").local_hashes(&tokens),
+            base.with_lora("a").local_hashes(&tokens)
+        );
     }
 
     #[test]

@@ -40,6 +40,7 @@
 pub mod event;
 pub mod hash;
 pub mod index;
+pub mod sequences;
 #[cfg(feature = "sim")]
 pub mod sim;
 #[allow(dead_code)]

@@ -15,6 +15,11 @@ mod imp {
     pub type RwLock<T> = parking_lot::RwLock<T>;
     /// A mutex (`parking_lot`, so guards are not poisoned).
     pub type Mutex<T> = parking_lot::Mutex<T>;
+
+    /// An immutable shared string (request ids): one allocation, clones bump a count.
+    pub fn shared_str(value: &str) -> Arc<str> {
+        Arc::from(value)
+    }
 }
 
 #[cfg(loom)]
@@ -41,6 +46,10 @@ mod imp {
         pub fn write(&self) -> loom::sync::RwLockWriteGuard<'_, T> {
             self.0.write().expect("loom lock poisoned")
         }
+        /// Shared access if no writer holds the lock now.
+        pub fn try_read(&self) -> Option<loom::sync::RwLockReadGuard<'_, T>> {
+            self.0.try_read().ok()
+        }
     }
 
     /// Loom's mutex with `parking_lot`'s signature.
@@ -56,6 +65,11 @@ mod imp {
         pub fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
             self.0.lock().expect("loom mutex poisoned")
         }
+    }
+
+    /// An immutable shared string (request ids), as a loom-tracked `Arc`.
+    pub fn shared_str(value: &str) -> Arc<str> {
+        Arc::from_std(std::sync::Arc::from(value))
     }
 }
 

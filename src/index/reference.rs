@@ -79,7 +79,9 @@ impl ReferenceIndex {
         let held = self.workers.get(&worker).unwrap_or(&empty);
         let start = match parent {
             None => ROOT,
-            Some(parent) => *held.get(&parent).ok_or(ApplyError::UnknownParent { worker, parent })?,
+            Some(parent) => {
+                *held.get(&parent).ok_or(ApplyError::UnknownParent { worker, parent })?
+            }
         };
         // Validate the whole chain before changing anything.
         let mut in_batch = HashSet::new();
@@ -147,7 +149,9 @@ impl ReferenceIndex {
     fn release(&mut self, node: NodeId, worker: Worker) {
         self.nodes.get_mut(&node).expect("held node exists").holders.remove(&worker);
         let mut at = node;
-        while at != ROOT && self.nodes[&at].holders.is_empty() && self.nodes[&at].children.is_empty()
+        while at != ROOT
+            && self.nodes[&at].holders.is_empty()
+            && self.nodes[&at].children.is_empty()
         {
             let removed = self.nodes.remove(&at).expect("node exists");
             let parent = self.nodes.get_mut(&removed.parent).expect("parent exists");
@@ -244,7 +248,8 @@ impl ReferenceIndex {
         self.workers
             .iter()
             .map(|(&worker, held)| {
-                let blocks = held.iter().map(|(&hash, node)| (hash, self.nodes[node].seq)).collect();
+                let blocks =
+                    held.iter().map(|(&hash, node)| (hash, self.nodes[node].seq)).collect();
                 (worker, blocks)
             })
             .collect()
@@ -301,7 +306,10 @@ impl ReferenceIndex {
                 candidate += 1;
             }
             placeholders.push(SequenceHash(candidate));
-            blocks.push(StoredBlock { local: self.nodes[&gap_node].local, hash: SequenceHash(candidate) });
+            blocks.push(StoredBlock {
+                local: self.nodes[&gap_node].local,
+                hash: SequenceHash(candidate),
+            });
         }
         blocks.push(StoredBlock { local: self.nodes[&node].local, hash });
         let mut events = vec![RouterEvent::stored(worker, 0, parent, blocks)];
