@@ -43,8 +43,7 @@ pub(crate) struct OverlapTable {
 const EMPTY: (Worker, u32) = (Worker::new(0, 0), 0);
 
 fn mix(worker: Worker) -> usize {
-    let key = worker.id.0 ^ (u64::from(worker.dp_rank.0)).rotate_left(32);
-    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize
+    super::worker_hash(worker) as usize
 }
 
 impl OverlapTable {
