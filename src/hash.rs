@@ -103,21 +103,32 @@ impl BlockHasher {
         tokens
             .chunks_exact(size)
             .enumerate()
-            .map(|(i, block)| {
-                bytes.clear();
-                for token in block {
-                    bytes.extend_from_slice(&token.to_le_bytes());
-                }
-                if let Some(mm) = block_mm.get(i).filter(|mm| !mm.is_empty()) {
+            .map(|(i, block)| match block_mm.get(i).filter(|mm| !mm.is_empty()) {
+                None => self.hash_block(block, &mut bytes),
+                Some(mm) => {
+                    bytes.clear();
+                    for token in block {
+                        bytes.extend_from_slice(&token.to_le_bytes());
+                    }
                     mm_sorted.clone_from(mm);
                     mm_sorted.sort_unstable();
                     for hash in &mm_sorted {
                         bytes.extend_from_slice(&hash.to_le_bytes());
                     }
+                    LocalBlockHash(xxh3_64_with_seed(&bytes, self.seed))
                 }
-                LocalBlockHash(xxh3_64_with_seed(&bytes, self.seed))
             })
             .collect()
+    }
+
+    /// The content hash of one text-only block (`block` is not checked against the block size);
+    /// `scratch` is reused between calls to avoid an allocation per block.
+    pub(crate) fn hash_block(&self, block: &[u32], scratch: &mut Vec<u8>) -> LocalBlockHash {
+        scratch.clear();
+        for token in block {
+            scratch.extend_from_slice(&token.to_le_bytes());
+        }
+        LocalBlockHash(xxh3_64_with_seed(scratch, self.seed))
     }
 
     /// Local and sequence hashes of a request, in one pass over its tokens.

@@ -40,10 +40,11 @@
 pub mod event;
 pub mod hash;
 pub mod index;
+pub mod pool;
 pub mod sequences;
 #[cfg(feature = "sim")]
 pub mod sim;
-#[allow(dead_code)]
+
 mod sync;
 
 pub use event::{

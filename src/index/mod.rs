@@ -1,15 +1,24 @@
 //! Prefix indexes: which worker holds which KV block.
 //!
-//! [`ReferenceIndex`] is the single-threaded oracle: short and obviously correct; every faster
-//! structure is checked against it.
+//! - [`EventPool`] is the concurrent index: lock-free queries on the caller's thread, events
+//!   applied by sticky per-worker lanes.
+//! - [`ReferenceIndex`] is the single-threaded oracle: short and obviously correct; every faster
+//!   structure is checked against it.
 
+mod event_pool;
+mod lane;
 mod reference;
 mod scores;
-
-pub use reference::ReferenceIndex;
-pub use scores::OverlapScores;
+mod shared;
+mod slots;
+mod table;
+mod worker_blocks;
 
 use std::collections::BTreeMap;
+
+pub use event_pool::{EventPool, PoolConfig, PoolStats, SubmitError};
+pub use reference::ReferenceIndex;
+pub use scores::OverlapScores;
 
 use crate::event::{SequenceHash, Worker};
 

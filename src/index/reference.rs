@@ -24,7 +24,8 @@ struct Node {
     holders: BTreeSet<Worker>,
 }
 
-/// The single-threaded reference prefix index. See the [module docs](self).
+/// The single-threaded reference prefix index: one node per block, children by content hash,
+/// holders per node, and per worker a map from the engine's hash to the node.
 #[derive(Debug)]
 pub struct ReferenceIndex {
     nodes: HashMap<NodeId, Node>,

@@ -1,0 +1,257 @@
+//! [`EventPool`]: the concurrent index and the lanes that feed it.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use crossbeam_utils::CachePadded;
+
+use crate::event::{ApplyErrorKind, LocalBlockHash, RouterEvent, Worker, WorkerId};
+use crate::index::lane::{IndexLane, LaneCounters};
+use crate::index::shared::SharedIndex;
+use crate::index::{IndexSnapshot, OverlapScores};
+use crate::pool::{LaneDown, StickyPool, TrySend};
+use crate::sync::{Arc, Mutex, Ordering, RwLock};
+
+/// How an [`EventPool`] is set up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Lanes (threads) applying events. Default: 2.
+    pub lanes: usize,
+    /// Events each lane's queue holds before [`EventPool::apply`] reports it full. Default: 4,096.
+    pub queue_capacity: usize,
+    /// (worker, dp_rank) pairs the index holds at once, at most 4,096. Default: 4,096.
+    pub max_workers: usize,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self { lanes: 2, queue_capacity: 4096, max_workers: 4096 }
+    }
+}
+
+/// Why [`EventPool::apply`] did not take an event.
+#[derive(Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SubmitError {
+    /// The worker's lane queue is full; the event comes back. Retry, or use
+    /// [`EventPool::apply_blocking`] to wait for room.
+    QueueFull(RouterEvent),
+    /// The lanes have stopped (one panicked); the event comes back.
+    LaneDown(RouterEvent),
+}
+
+impl fmt::Display for SubmitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::QueueFull(_) => f.write_str("the worker's lane queue is full"),
+            Self::LaneDown(_) => f.write_str("the index lanes have stopped"),
+        }
+    }
+}
+
+impl std::error::Error for SubmitError {}
+
+/// What an [`EventPool`] has done and holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Events applied (successfully or not).
+    pub events: u64,
+    /// Block operations in those events.
+    pub block_ops: u64,
+    /// Rejected events, by [`ApplyErrorKind::index`].
+    pub errors: [u64; ApplyErrorKind::ALL.len()],
+    /// Live (worker, block) entries, as of each lane's last idle moment.
+    pub live_entries: u64,
+    /// Live membership words in the node table (one per node for fleets of ≤ 64 workers).
+    pub nodes: u64,
+    /// Approximate heap bytes: the node table plus every worker's block maps.
+    pub bytes: u64,
+}
+
+impl PoolStats {
+    /// Rejected events of one kind.
+    pub fn errors_of(&self, kind: ApplyErrorKind) -> u64 {
+        self.errors[kind.index()]
+    }
+}
+
+/// The concurrent prefix index: queries on the caller's thread, writes through sticky lanes.
+///
+/// Every event of one (worker, dp_rank) goes to the same lane for the pool's lifetime, so it
+/// applies in order; different workers apply in parallel. [`EventPool::find_matches`] never
+/// waits for a lane: it reads the shared node table without locks.
+///
+/// ```
+/// use kvroute::index::{EventPool, PoolConfig};
+/// use kvroute::{LocalBlockHash, RouterEvent, StoredBlock, Worker};
+///
+/// let pool = EventPool::new(PoolConfig::default());
+/// let worker = Worker::new(1, 0);
+/// let blocks = vec![StoredBlock::new(11, 1001), StoredBlock::new(12, 1002)];
+/// pool.apply(RouterEvent::stored(worker, 0, None, blocks))?;
+/// pool.flush()?;
+/// let query = [LocalBlockHash(11), LocalBlockHash(12), LocalBlockHash(13)];
+/// assert_eq!(pool.find_matches(&query).get(worker), 2);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct EventPool {
+    shared: Arc<SharedIndex>,
+    lanes: StickyPool<IndexLane>,
+    counters: Vec<Arc<CachePadded<LaneCounters>>>,
+    routes: RwLock<HashMap<Worker, usize, ahash::RandomState>>,
+    /// Workers routed to each lane, to place new workers on the least busy one.
+    lane_load: Mutex<Vec<usize>>,
+}
+
+impl EventPool {
+    /// Starts the lanes.
+    pub fn new(config: PoolConfig) -> Self {
+        let lanes = config.lanes.max(1);
+        let shared = Arc::new(SharedIndex::new(config.max_workers));
+        let counters: Vec<_> =
+            (0..lanes).map(|_| Arc::new(CachePadded::new(LaneCounters::default()))).collect();
+        let pool = StickyPool::new(lanes, config.queue_capacity, |lane| {
+            IndexLane::new(shared.clone(), counters[lane].clone())
+        });
+        Self {
+            shared,
+            lanes: pool,
+            counters,
+            routes: RwLock::new(HashMap::default()),
+            lane_load: Mutex::new(vec![0; lanes]),
+        }
+    }
+
+    fn lane_of(&self, worker: Worker) -> usize {
+        if let Some(&lane) = self.routes.read().get(&worker) {
+            return lane;
+        }
+        let mut routes = self.routes.write();
+        *routes.entry(worker).or_insert_with(|| {
+            let mut load = self.lane_load.lock();
+            let lane = (0..load.len()).min_by_key(|&lane| load[lane]).unwrap_or(0);
+            load[lane] += 1;
+            lane
+        })
+    }
+
+    /// Enqueues `event` on its worker's lane without waiting. A full queue returns the event in
+    /// [`SubmitError::QueueFull`]. Whether the event itself is valid is found out on the lane;
+    /// rejected events are counted in [`PoolStats::errors`].
+    pub fn apply(&self, event: RouterEvent) -> Result<(), SubmitError> {
+        match self.lanes.try_send(self.lane_of(event.worker()), event) {
+            Ok(()) => Ok(()),
+            Err(TrySend::Full(event)) => Err(SubmitError::QueueFull(event)),
+            Err(TrySend::Down(event)) => Err(SubmitError::LaneDown(event)),
+        }
+    }
+
+    /// Enqueues `event`, waiting while its lane's queue is full.
+    pub fn apply_blocking(&self, event: RouterEvent) -> Result<(), LaneDown> {
+        self.lanes.send(self.lane_of(event.worker()), event)
+    }
+
+    /// Returns once every event enqueued before the call is visible to queries.
+    pub fn flush(&self) -> Result<(), LaneDown> {
+        self.lanes.flush()
+    }
+
+    /// Per worker, the number of leading blocks of `query` it holds.
+    pub fn find_matches(&self, query: &[LocalBlockHash]) -> OverlapScores {
+        self.shared.find_matches(query, false)
+    }
+
+    /// Like [`Self::find_matches`], but stops once a single worker still matches (that
+    /// worker's depth is then a lower bound).
+    pub fn find_matches_early_exit(&self, query: &[LocalBlockHash]) -> OverlapScores {
+        self.shared.find_matches(query, true)
+    }
+
+    /// Forgets one (worker, dp_rank) after the events already enqueued for it. Returns whether
+    /// it was known.
+    pub fn remove_worker_dp_rank(&self, worker: Worker) -> Result<bool, LaneDown> {
+        let lane = self.lane_of(worker);
+        let removed = self.lanes.run_on_lane(lane, move |l| l.remove_workers(|w| w == worker))?;
+        Ok(!removed.is_empty())
+    }
+
+    /// Forgets every dp_rank of `id`. Returns how many (worker, dp_rank) pairs were removed.
+    pub fn remove_worker(&self, id: WorkerId) -> Result<usize, LaneDown> {
+        let removed = self.lanes.run_on_all(move |lane| lane.remove_worker_id(id).len())?;
+        Ok(removed.into_iter().sum())
+    }
+
+    /// Every known (worker, dp_rank), sorted, after the events enqueued before the call.
+    pub fn workers(&self) -> Result<Vec<Worker>, LaneDown> {
+        let lists =
+            self.lanes.run_on_all(|lane| lane.workers().map(|(w, _)| w).collect::<Vec<_>>())?;
+        let mut workers: Vec<Worker> = lists.into_iter().flatten().collect();
+        workers.sort_unstable();
+        Ok(workers)
+    }
+
+    /// Per worker, each engine hash it holds with our sequence hash of that block's prefix:
+    /// compare with [`crate::index::ReferenceIndex::snapshot`].
+    pub fn snapshot(&self) -> Result<IndexSnapshot, LaneDown> {
+        let parts = self.lanes.run_on_all(|lane| {
+            lane.workers()
+                .map(|(worker, held)| {
+                    (worker, held.iter().map(|(hash, p)| (hash, p.node())).collect())
+                })
+                .collect::<Vec<_>>()
+        })?;
+        Ok(parts.into_iter().flatten().collect())
+    }
+
+    /// Events that rebuild an equal index when applied to an empty one, taken after the events
+    /// enqueued before the call (each lane dumps its workers at one point of its queue).
+    pub fn dump_events(&self) -> Result<Vec<RouterEvent>, LaneDown> {
+        let parts = self.lanes.run_on_all(|lane| {
+            let mut events = Vec::new();
+            let mut workers: Vec<_> = lane.workers().collect();
+            workers.sort_unstable_by_key(|&(worker, _)| worker);
+            for (worker, held) in workers {
+                if held.len() == 0 {
+                    events.push(RouterEvent::stored(worker, 0, None, Vec::new()));
+                }
+                for (parent, blocks, placeholders) in held.dump() {
+                    events.push(RouterEvent::stored(worker, 0, parent, blocks));
+                    if !placeholders.is_empty() {
+                        events.push(RouterEvent::removed(worker, 0, placeholders));
+                    }
+                }
+            }
+            events
+        })?;
+        Ok(parts.into_iter().flatten().collect())
+    }
+
+    /// Counters and sizes. Entry counts and worker-map bytes are as of each lane's last idle
+    /// moment (exact after [`Self::flush`]).
+    pub fn stats(&self) -> PoolStats {
+        let mut stats = PoolStats::default();
+        for counters in &self.counters {
+            stats.events += counters.events.load(Ordering::Relaxed);
+            stats.block_ops += counters.block_ops.load(Ordering::Relaxed);
+            for (total, count) in stats.errors.iter_mut().zip(&counters.errors) {
+                *total += count.load(Ordering::Relaxed);
+            }
+            stats.live_entries += counters.entries.load(Ordering::Relaxed);
+            stats.bytes += counters.bytes.load(Ordering::Relaxed);
+        }
+        stats.nodes = self.shared.table.live() as u64;
+        stats.bytes += self.shared.table.bytes() as u64;
+        stats
+    }
+
+    /// The number of lanes.
+    pub fn lanes(&self) -> usize {
+        self.lanes.lanes()
+    }
+}
+
+impl fmt::Debug for EventPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventPool").field("lanes", &self.lanes()).finish_non_exhaustive()
+    }
+}

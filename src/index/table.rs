@@ -1,0 +1,276 @@
+//! [`NodeTable`]: a sharded open-addressing map from a 64-bit key to a 64-bit membership word,
+//! read without locks.
+//!
+//! Keys are our sequence hashes (already uniform), so they need no second hash: the top bits pick
+//! the shard, the low bits the slot. Writers (the index lanes) take their shard's mutex; readers
+//! pin an epoch and probe the shard's current array with acquire loads.
+//!
+//! A slot whose word is 0 is *dead*: readers treat it as absent and writers reuse it for any key
+//! on insert, so removals never move slots (a concurrent probe never misses a live key). Because a
+//! dead slot may be reused for another key while a reader looks at it, readers re-check the key
+//! after loading the word. When keyed slots pass 80% of an array, the shard copies its live slots
+//! into a fresh array sized for them (growing or shrinking) and retires the old one through the
+//! epoch, so memory follows the live state.
+
+use crossbeam_utils::CachePadded;
+
+use crate::sync::epoch::{self, Guard, Published};
+use crate::sync::{AtomicU64, Mutex, Ordering};
+
+/// Marks a never-used slot. A real key equal to it is stored as [`ZERO_KEY_STAND_IN`].
+const EMPTY: u64 = 0;
+/// Stands in for key 0 (a 2^-64 collision risk, like any 64-bit hash identity).
+const ZERO_KEY_STAND_IN: u64 = u64::MAX;
+const SHARD_BITS: u32 = 6;
+const MIN_SLOTS: usize = 16;
+
+struct Slot {
+    key: AtomicU64,
+    word: AtomicU64,
+}
+
+struct Array {
+    slots: Box<[Slot]>,
+}
+
+impl Array {
+    fn with_slots(slots: usize) -> Self {
+        let slots =
+            (0..slots).map(|_| Slot { key: AtomicU64::new(EMPTY), word: AtomicU64::new(0) });
+        Self { slots: slots.collect() }
+    }
+
+    fn mask(&self) -> usize {
+        self.slots.len() - 1
+    }
+}
+
+#[derive(Default)]
+struct ShardCounts {
+    /// Slots with a key (live or dead).
+    keyed: usize,
+    /// Slots with a non-zero word.
+    live: usize,
+}
+
+struct Shard {
+    array: Published<Array>,
+    counts: Mutex<ShardCounts>,
+}
+
+/// See the [module docs](self).
+pub(crate) struct NodeTable {
+    shards: Box<[CachePadded<Shard>]>,
+}
+
+#[inline]
+fn stored_key(key: u64) -> u64 {
+    if key == EMPTY { ZERO_KEY_STAND_IN } else { key }
+}
+
+impl NodeTable {
+    pub(crate) fn new() -> Self {
+        let shards = (0..1usize << SHARD_BITS).map(|_| {
+            CachePadded::new(Shard {
+                array: Published::new(Array::with_slots(MIN_SLOTS)),
+                counts: Mutex::new(ShardCounts::default()),
+            })
+        });
+        Self { shards: shards.collect() }
+    }
+
+    #[inline]
+    fn shard(&self, key: u64) -> &Shard {
+        &self.shards[(key >> (64 - SHARD_BITS)) as usize]
+    }
+
+    /// The word stored under `key`, 0 when absent. Lock-free.
+    #[inline]
+    pub(crate) fn get(&self, key: u64, guard: &Guard) -> u64 {
+        let key = stored_key(key);
+        let array = self.shard(key).array.load(guard);
+        let mask = array.mask();
+        let mut at = key as usize & mask;
+        loop {
+            let slot = &array.slots[at];
+            let seen = slot.key.load(Ordering::Acquire);
+            if seen == key {
+                let word = slot.word.load(Ordering::Acquire);
+                // The slot may have died and been reused for another key since we read the key;
+                // a word written after that reuse makes this second load see the new key.
+                return if slot.key.load(Ordering::Relaxed) == key { word } else { 0 };
+            }
+            if seen == EMPTY {
+                return 0;
+            }
+            at = (at + 1) & mask;
+        }
+    }
+
+    /// Sets `bits` in the word of `key`, inserting it if absent. Returns the previous word.
+    pub(crate) fn set_bits(&self, key: u64, bits: u64) -> u64 {
+        debug_assert_ne!(bits, 0);
+        let key = stored_key(key);
+        let shard = self.shard(key);
+        let mut counts = shard.counts.lock();
+        let guard = epoch::pin();
+        let mut array = shard.array.load(&guard);
+        if (counts.keyed + 1) * 5 > array.slots.len() * 4 {
+            let live = counts.live + 1;
+            Self::rebuild(shard, &mut counts, live);
+            array = shard.array.load(&guard);
+        }
+        let mask = array.mask();
+        let mut at = key as usize & mask;
+        let mut reusable = None;
+        loop {
+            let slot = &array.slots[at];
+            let seen = slot.key.load(Ordering::Relaxed);
+            if seen == key {
+                let old = slot.word.fetch_or(bits, Ordering::Release);
+                counts.live += usize::from(old == 0);
+                return old;
+            }
+            if seen == EMPTY {
+                break;
+            }
+            if reusable.is_none() && slot.word.load(Ordering::Relaxed) == 0 {
+                reusable = Some(at);
+            }
+            at = (at + 1) & mask;
+        }
+        let slot = match reusable {
+            Some(dead) => &array.slots[dead],
+            None => {
+                counts.keyed += 1;
+                &array.slots[at]
+            }
+        };
+        // Key first, then the word with release: a reader that sees the word sees the key.
+        slot.key.store(key, Ordering::Release);
+        slot.word.store(bits, Ordering::Release);
+        counts.live += 1;
+        0
+    }
+
+    /// Clears `bits` in the word of `key`. Returns the previous word (0 if absent).
+    pub(crate) fn clear_bits(&self, key: u64, bits: u64) -> u64 {
+        let key = stored_key(key);
+        let shard = self.shard(key);
+        let mut counts = shard.counts.lock();
+        let guard = epoch::pin();
+        let array = shard.array.load(&guard);
+        let mask = array.mask();
+        let mut at = key as usize & mask;
+        loop {
+            let slot = &array.slots[at];
+            let seen = slot.key.load(Ordering::Relaxed);
+            if seen == key {
+                let old = slot.word.fetch_and(!bits, Ordering::Release);
+                if old != 0 && old & !bits == 0 {
+                    counts.live -= 1;
+                    // Shrink once mostly dead (below 1/8 load, so the new array is smaller).
+                    if counts.live * 8 < array.slots.len() && array.slots.len() > MIN_SLOTS {
+                        let live = counts.live;
+                        Self::rebuild(shard, &mut counts, live);
+                    }
+                }
+                return old;
+            }
+            if seen == EMPTY {
+                return 0;
+            }
+            at = (at + 1) & mask;
+        }
+    }
+
+    /// Copies the live slots into a fresh array with room for `live` keys at ≤ 40% load.
+    fn rebuild(shard: &Shard, counts: &mut ShardCounts, live: usize) {
+        let guard = epoch::pin();
+        let old = shard.array.load(&guard);
+        let fresh = Array::with_slots((live * 5 / 2).next_power_of_two().max(MIN_SLOTS));
+        let mask = fresh.mask();
+        let mut moved = 0;
+        for slot in old.slots.iter() {
+            let word = slot.word.load(Ordering::Relaxed);
+            if word == 0 {
+                continue;
+            }
+            let key = slot.key.load(Ordering::Relaxed);
+            let mut at = key as usize & mask;
+            while fresh.slots[at].key.load(Ordering::Relaxed) != EMPTY {
+                at = (at + 1) & mask;
+            }
+            fresh.slots[at].key.store(key, Ordering::Relaxed);
+            fresh.slots[at].word.store(word, Ordering::Relaxed);
+            moved += 1;
+        }
+        *counts = ShardCounts { keyed: moved, live: moved };
+        shard.array.replace(fresh);
+    }
+
+    /// Keys with a non-zero word.
+    pub(crate) fn live(&self) -> usize {
+        self.shards.iter().map(|shard| shard.counts.lock().live).sum()
+    }
+
+    /// Bytes held by the arrays (slots only).
+    pub(crate) fn bytes(&self) -> usize {
+        let guard = epoch::pin();
+        let slots: usize = self.shards.iter().map(|s| s.array.load(&guard).slots.len()).sum();
+        slots * std::mem::size_of::<Slot>()
+            + self.shards.len() * std::mem::size_of::<CachePadded<Shard>>()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::collections::HashMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// The table agrees with a plain map through inserts, clears, reuse and rebuilds.
+        #[test]
+        fn matches_a_plain_map(ops in prop::collection::vec((0u64..64, 0u32..4, any::<bool>()), 1..600)) {
+            let table = NodeTable::new();
+            let mut model: HashMap<u64, u64> = HashMap::new();
+            for (key, bit, set) in ops {
+                // Spread keys over shards and slots, and include the 0 key.
+                let key = key.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                let bits = 1u64 << bit;
+                let word = model.entry(key).or_default();
+                let old = *word;
+                let returned = if set { *word |= bits; table.set_bits(key, bits) } else {
+                    *word &= !bits; table.clear_bits(key, bits)
+                };
+                prop_assert_eq!(returned, old);
+                let guard = epoch::pin();
+                for (&k, &w) in &model {
+                    prop_assert_eq!(table.get(k, &guard), w);
+                }
+                prop_assert_eq!(table.live(), model.values().filter(|&&w| w != 0).count());
+            }
+        }
+    }
+
+    #[test]
+    fn memory_shrinks_after_removals() {
+        let table = NodeTable::new();
+        let keys: Vec<u64> =
+            (1..20_000u64).map(|k| k.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
+        for &key in &keys {
+            table.set_bits(key, 1);
+        }
+        let full = table.bytes();
+        for &key in &keys[100..] {
+            table.clear_bits(key, 1);
+        }
+        assert_eq!(table.live(), 100);
+        assert!(table.bytes() * 8 < full, "{} vs {full}", table.bytes());
+        let guard = epoch::pin();
+        assert!(keys[..100].iter().all(|&k| table.get(k, &guard) == 1));
+    }
+}

@@ -1,0 +1,244 @@
+//! [`StickyPool`]: a fixed set of lanes (OS threads), each draining its own bounded channel.
+//!
+//! Callers pick the lane of every message (the index and the sequence tracker send all of one
+//! worker's messages to the same lane), so one worker's messages are handled in order while
+//! different workers proceed in parallel. A lane owns its state (`L`): no lock guards it.
+
+use std::fmt;
+
+use crate::sync::channel::{self, Receiver, Sender, TrySendError};
+use crate::sync::{JoinHandle, spawn};
+
+/// The state and message handler of one lane, owned by the lane's thread.
+pub trait Lane: Send + 'static {
+    /// What the lane is sent.
+    type Message: Send + 'static;
+
+    /// Handles one message.
+    fn handle(&mut self, message: Self::Message);
+
+    /// Called when the lane's queue is momentarily empty (before it waits for more) and before
+    /// every task: a place for deferred work such as publishing counters.
+    fn idle(&mut self) {}
+}
+
+type Task<L> = Box<dyn FnOnce(&mut L) + Send>;
+
+enum Envelope<L: Lane> {
+    Message(L::Message),
+    /// Runs a closure on the lane's state, in queue order.
+    Task(Task<L>),
+}
+
+/// The pool's lanes have stopped (a lane panicked, or the pool is shutting down).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaneDown;
+
+impl fmt::Display for LaneDown {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a lane of the pool has stopped")
+    }
+}
+
+impl std::error::Error for LaneDown {}
+
+/// Why [`StickyPool::try_send`] did not enqueue a message; the message comes back.
+#[derive(Debug, PartialEq, Eq)]
+pub enum TrySend<M> {
+    /// The lane's queue is full.
+    Full(M),
+    /// The lane has stopped.
+    Down(M),
+}
+
+/// A fixed set of lanes; see the [module docs](self).
+pub struct StickyPool<L: Lane> {
+    senders: Vec<Sender<Envelope<L>>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl<L: Lane> StickyPool<L> {
+    /// Starts `lanes` lanes (at least one), each with a queue of `queue_capacity` messages and the
+    /// state `make_lane(lane_index)`.
+    pub fn new(lanes: usize, queue_capacity: usize, mut make_lane: impl FnMut(usize) -> L) -> Self {
+        let lanes = lanes.max(1);
+        let mut senders = Vec::with_capacity(lanes);
+        let mut threads = Vec::with_capacity(lanes);
+        for index in 0..lanes {
+            let (sender, receiver) = channel::bounded(queue_capacity.max(1));
+            let lane = make_lane(index);
+            threads.push(spawn(format!("kvroute-lane-{index}"), move || run(lane, receiver)));
+            senders.push(sender);
+        }
+        Self { senders, threads }
+    }
+
+    /// The number of lanes.
+    pub fn lanes(&self) -> usize {
+        self.senders.len()
+    }
+
+    /// Enqueues `message` on `lane % lanes()`, waiting while that lane's queue is full.
+    pub fn send(&self, lane: usize, message: L::Message) -> Result<(), LaneDown> {
+        self.sender(lane).send(Envelope::Message(message)).map_err(|_| LaneDown)
+    }
+
+    /// Enqueues `message` on `lane % lanes()` if its queue has room; never waits.
+    pub fn try_send(&self, lane: usize, message: L::Message) -> Result<(), TrySend<L::Message>> {
+        match self.sender(lane).try_send(Envelope::Message(message)) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(Envelope::Message(m))) => Err(TrySend::Full(m)),
+            Err(TrySendError::Disconnected(Envelope::Message(m))) => Err(TrySend::Down(m)),
+            Err(_) => unreachable!("try_send returns the message it was given"),
+        }
+    }
+
+    /// Runs `task` on lane `lane % lanes()`'s state after everything queued there before it, and
+    /// returns its result.
+    pub fn run_on_lane<R, F>(&self, lane: usize, task: F) -> Result<R, LaneDown>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut L) -> R + Send + 'static,
+    {
+        let (reply, result) = channel::bounded(1);
+        let task: Task<L> = Box::new(move |state| {
+            // The caller may have given up waiting; nothing to do then.
+            let _ = reply.send(task(state));
+        });
+        self.sender(lane).send(Envelope::Task(task)).map_err(|_| LaneDown)?;
+        result.recv().map_err(|_| LaneDown)
+    }
+
+    /// Runs `task` on every lane (all enqueued first, so lanes work in parallel) and returns the
+    /// results in lane order.
+    pub fn run_on_all<R, F>(&self, task: F) -> Result<Vec<R>, LaneDown>
+    where
+        R: Send + 'static,
+        F: Fn(&mut L) -> R + Send + Sync + Clone + 'static,
+    {
+        let mut replies = Vec::with_capacity(self.lanes());
+        for sender in &self.senders {
+            let (reply, result) = channel::bounded(1);
+            let task = task.clone();
+            let task: Task<L> = Box::new(move |state| {
+                let _ = reply.send(task(state));
+            });
+            sender.send(Envelope::Task(task)).map_err(|_| LaneDown)?;
+            replies.push(result);
+        }
+        replies.into_iter().map(|result| result.recv().map_err(|_| LaneDown)).collect()
+    }
+
+    /// Returns once every message enqueued (by any thread) before this call has been handled.
+    pub fn flush(&self) -> Result<(), LaneDown> {
+        self.run_on_all(|_| ()).map(drop)
+    }
+
+    fn sender(&self, lane: usize) -> &Sender<Envelope<L>> {
+        &self.senders[lane % self.senders.len()]
+    }
+}
+
+fn run<L: Lane>(mut lane: L, receiver: Receiver<Envelope<L>>) {
+    let handle = |lane: &mut L, envelope| match envelope {
+        Envelope::Message(message) => lane.handle(message),
+        Envelope::Task(task) => {
+            lane.idle();
+            task(lane)
+        }
+    };
+    while let Ok(envelope) = receiver.recv() {
+        handle(&mut lane, envelope);
+        while let Ok(envelope) = receiver.try_recv() {
+            handle(&mut lane, envelope);
+        }
+        lane.idle();
+    }
+}
+
+impl<L: Lane> Drop for StickyPool<L> {
+    /// Closes every queue, lets each lane finish what was enqueued, and joins the threads.
+    fn drop(&mut self) {
+        self.senders.clear();
+        for thread in self.threads.drain(..) {
+            // A lane that panicked already reported through `LaneDown`; don't panic in drop.
+            let _ = thread.join();
+        }
+    }
+}
+
+impl<L: Lane> fmt::Debug for StickyPool<L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StickyPool").field("lanes", &self.lanes()).finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::sync::{Arc, Mutex};
+
+    /// Records (key, value) in arrival order.
+    struct Recorder(Arc<Mutex<Vec<(u64, u64)>>>);
+
+    impl Lane for Recorder {
+        type Message = (u64, u64);
+        fn handle(&mut self, message: (u64, u64)) {
+            self.0.lock().push(message);
+        }
+    }
+
+    #[test]
+    fn one_keys_messages_stay_in_order_and_flush_waits_for_them() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let pool = StickyPool::new(3, 4, |_| Recorder(log.clone()));
+        for value in 0..200 {
+            for key in 0..5u64 {
+                pool.send(key as usize, (key, value)).unwrap();
+            }
+        }
+        pool.flush().unwrap();
+        let log = log.lock().clone();
+        assert_eq!(log.len(), 1000);
+        for key in 0..5 {
+            let values: Vec<u64> = log.iter().filter(|m| m.0 == key).map(|m| m.1).collect();
+            assert_eq!(values, (0..200).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn tasks_see_lane_state_and_drop_finishes_the_queue() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        {
+            let pool = StickyPool::new(2, 16, |_| Recorder(log.clone()));
+            pool.send(1, (1, 1)).unwrap();
+            let seen = pool.run_on_lane(1, |lane: &mut Recorder| lane.0.lock().len()).unwrap();
+            assert_eq!(seen, 1);
+            for value in 0..10 {
+                pool.send(0, (0, value)).unwrap();
+            }
+        }
+        assert_eq!(log.lock().len(), 11);
+    }
+
+    #[test]
+    fn try_send_reports_a_full_queue() {
+        struct Slow(Arc<Mutex<()>>);
+        impl Lane for Slow {
+            type Message = ();
+            fn handle(&mut self, (): ()) {
+                drop(self.0.lock());
+            }
+        }
+        let gate = Arc::new(Mutex::new(()));
+        let held = gate.lock();
+        let pool = StickyPool::new(1, 1, |_| Slow(gate.clone()));
+        let mut full = false;
+        for _ in 0..4 {
+            full |= matches!(pool.try_send(0, ()), Err(TrySend::Full(())));
+        }
+        assert!(full, "a one-slot queue behind a blocked lane must fill up");
+        drop(held);
+        pool.flush().unwrap();
+    }
+}

@@ -1,0 +1,83 @@
+//! EventPool behaviour beyond the differential check: fleet scale, capacity, full queues.
+
+use kvroute::index::{EventPool, PoolConfig, SubmitError};
+use kvroute::{ApplyErrorKind, LocalBlockHash, RouterEvent, StoredBlock, Worker};
+
+fn store_prefix(worker: Worker, depth: u64) -> RouterEvent {
+    let blocks = (0..depth).map(|i| StoredBlock::new(i, worker.id.0 * 1000 + i)).collect();
+    RouterEvent::stored(worker, 0, None, blocks)
+}
+
+#[test]
+fn thousands_of_workers_each_match_their_depth() {
+    let pool = EventPool::new(PoolConfig::default());
+    let workers: Vec<Worker> = (0..4096u64).map(|i| Worker::new(i / 2, (i % 2) as u32)).collect();
+    for (i, &worker) in workers.iter().enumerate() {
+        pool.apply_blocking(store_prefix(worker, 1 + (i % 5) as u64)).unwrap();
+    }
+    pool.flush().unwrap();
+    let query: Vec<LocalBlockHash> = (0..8).map(LocalBlockHash).collect();
+    let scores = pool.find_matches(&query);
+    assert_eq!(scores.len(), 4096);
+    for (i, &worker) in workers.iter().enumerate() {
+        assert_eq!(scores.get(worker), 1 + (i % 5) as u32);
+    }
+    // Removing half the fleet leaves exactly the other half matching.
+    for id in 0..1024 {
+        pool.remove_worker(kvroute::WorkerId(id)).unwrap();
+    }
+    assert_eq!(pool.find_matches(&query).len(), 2048);
+    assert_eq!(pool.stats().live_entries, (2048..4096).map(|i| 1 + (i % 5) as u64).sum::<u64>());
+}
+
+#[test]
+fn workers_beyond_capacity_are_rejected_and_counted() {
+    let pool = EventPool::new(PoolConfig { max_workers: 2, ..PoolConfig::default() });
+    let fleet: Vec<Worker> = (0..3).map(|id| Worker::new(id, 0)).collect();
+    for &worker in &fleet {
+        pool.apply_blocking(store_prefix(worker, 1)).unwrap();
+    }
+    pool.flush().unwrap();
+    // Lanes race for the two slots: exactly one worker is turned away.
+    assert_eq!(pool.stats().errors_of(ApplyErrorKind::TooManyWorkers), 1);
+    let admitted = pool.workers().unwrap();
+    assert_eq!(admitted.len(), 2);
+    let rejected = *fleet.iter().find(|w| !admitted.contains(w)).unwrap();
+    // A removed worker's slot is reused once queries that might still see it have finished.
+    assert_eq!(pool.remove_worker(admitted[0].id).unwrap(), 1);
+    let query = [LocalBlockHash(0)];
+    let admitted_later = (0..10_000).any(|_| {
+        pool.apply_blocking(store_prefix(rejected, 1)).unwrap();
+        pool.flush().unwrap();
+        pool.find_matches(&query);
+        pool.workers().unwrap().contains(&rejected)
+    });
+    assert!(admitted_later);
+    assert_eq!(
+        pool.find_matches(&query).sorted(),
+        vec![(admitted[1], 1), (rejected, 1)]
+            .into_iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_full_queue_hands_the_event_back() {
+    let pool = EventPool::new(PoolConfig { lanes: 1, queue_capacity: 1, ..PoolConfig::default() });
+    let worker = Worker::new(1, 0);
+    let mut returned = None;
+    for i in 0..10_000 {
+        let event = store_prefix(worker, 64 + i % 7);
+        if let Err(SubmitError::QueueFull(event)) = pool.apply(event.clone()) {
+            assert_eq!(event, store_prefix(worker, 64 + i % 7));
+            returned = Some(event);
+            break;
+        }
+    }
+    assert!(returned.is_some(), "a one-slot queue must fill under a tight loop");
+    pool.apply_blocking(returned.unwrap()).unwrap();
+    pool.flush().unwrap();
+    assert_eq!(pool.stats().errors, [0; ApplyErrorKind::ALL.len()]);
+}
