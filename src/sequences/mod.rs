@@ -9,6 +9,7 @@ mod error;
 mod load;
 mod multi;
 mod owners;
+mod peers;
 mod replica;
 mod request_id;
 mod request_index;
@@ -28,6 +29,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{AddRequestError, ConfigError, UnknownRequest};
 pub use load::{PotentialLoad, WorkerLoad};
 pub use multi::{MultiWorkerSequences, RemovedWorker, WorkerChanges};
+pub use peers::PeerEventError;
 pub use replica::{PeerStats, SequenceEvent, SequenceEventData, SequencePublisher};
 pub use request_id::RequestId;
 pub use single::ActiveSequences;
@@ -41,3 +43,6 @@ pub(crate) fn worker_hash(worker: Worker) -> u64 {
     let mixed = key.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     mixed ^ (mixed >> 29)
 }
+
+#[cfg(all(test, not(loom)))]
+mod multi_tests;

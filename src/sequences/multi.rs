@@ -9,13 +9,14 @@ use crossbeam_utils::CachePadded;
 use super::clock::Clock;
 use super::error::{AddRequestError, UnknownRequest, checked_prefill_tokens};
 use super::load::{OverlapTable, PotentialLoad, WorkerLoad};
+use super::peers::{PeerPool, start_lanes};
 use super::replica::{PeerCounters, SequenceEvent, SequenceEventData, SequencePublisher};
 use super::request_index::{Location, RequestIndex};
 use super::shard::Shard;
 use super::{RequestId, error::saturating_prefill_tokens, worker_hash};
 use crate::event::{SequenceHash, Worker};
 use crate::index::OverlapScores;
-use crate::sync::RwLock;
+use crate::sync::{Arc, RwLock};
 
 /// What [`MultiWorkerSequences::update_workers`] changed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -368,7 +369,10 @@ impl Inner {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct MultiWorkerSequences {
-    pub(crate) inner: crate::sync::Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
+    /// The lanes applying peer events; present when replica sync is on. Declared after
+    /// `inner` only for readability: dropping it joins the lanes, which hold their own `Arc`.
+    pub(crate) peers: Option<PeerPool>,
 }
 
 impl MultiWorkerSequences {
@@ -503,7 +507,9 @@ impl fmt::Debug for MultiWorkerSequences {
 }
 
 impl MultiWorkerSequences {
-    pub(crate) fn from_parts(inner: crate::sync::Arc<Inner>, _lanes: usize, _queue: usize) -> Self {
-        Self { inner }
+    /// The tracker over `inner`, with peer lanes if replica sync is on.
+    pub(crate) fn from_parts(inner: Arc<Inner>, lanes: usize, queue: usize) -> Self {
+        let peers = inner.replica.is_some().then(|| start_lanes(&inner, lanes, queue));
+        Self { inner, peers }
     }
 }

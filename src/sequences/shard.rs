@@ -108,6 +108,7 @@ impl Shard {
     }
 
     /// How many workers are tracked.
+    #[cfg(test)]
     pub(crate) fn worker_count(&self) -> usize {
         self.slot_of.len()
     }

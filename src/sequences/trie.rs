@@ -262,6 +262,7 @@ impl BlockTrie {
     }
 
     /// Live nodes, root excluded.
+    #[cfg(test)]
     pub(crate) fn node_count(&self) -> usize {
         self.nodes.len() - self.free.len() - 1
     }
