@@ -110,10 +110,10 @@ impl ActiveSequences {
         isl: usize,
         overlap: u32,
     ) -> Result<Vec<RequestId>, AddRequestError> {
+        let prefill_tokens = checked_prefill_tokens(isl, overlap, self.block_size)?;
         if self.records.contains_key(&id) {
             return Err(AddRequestError::DuplicateRequest { id });
         }
-        let prefill_tokens = checked_prefill_tokens(isl, overlap, self.block_size)?;
         let now = self.clock.now();
         let expired = self.expire_at(now);
         let blocks = blocks.unwrap_or_default();

@@ -363,6 +363,20 @@ mod tests {
     }
 
     #[test]
+    fn a_node_where_a_request_ends_is_not_merged_into_its_only_child() {
+        let mut trie = BlockTrie::default();
+        let (a, _) = trie.insert(0, &hashes(&[1, 2, 3]));
+        let (b, _) = trie.insert(0, &hashes(&[1, 2]));
+        let (d, _) = trie.insert(0, &hashes(&[1, 2, 4]));
+        assert_eq!(trie.remove(0, a), 1);
+        trie.assert_consistent();
+        assert_eq!(trie.remove(0, d), 1, "[1,2] is still pinned by the request ending there");
+        assert_eq!(trie.pinned_blocks(0), hashes(&[1, 2]));
+        assert_eq!(trie.remove(0, b), 2);
+        assert_eq!(trie.node_count(), 0);
+    }
+
+    #[test]
     fn identical_requests_share_one_tail_and_empty_ones_end_at_the_root() {
         let mut trie = BlockTrie::default();
         let (a, _) = trie.insert(3, &hashes(&[8, 9]));
