@@ -87,7 +87,7 @@ impl Inner {
         self.shards.len()
     }
 
-    fn shard_of(&self, worker: Worker) -> usize {
+    pub(crate) fn shard_of(&self, worker: Worker) -> usize {
         worker_hash(worker) as usize & self.shard_mask
     }
 
@@ -290,9 +290,8 @@ impl Inner {
         let table = OverlapTable::new(overlaps);
         let block_size = self.block_size;
         let new_tokens = |worker| saturating_prefill_tokens(isl, table.get(worker), block_size);
-        let mut depths = Vec::new();
         for shard in self.shards.iter() {
-            shard.read().potential_loads_into(candidate, new_tokens, &mut depths, out);
+            shard.read().potential_loads_into(candidate, new_tokens, out);
         }
     }
 
@@ -391,6 +390,17 @@ impl MultiWorkerSequences {
     /// requests, reported in the result).
     pub fn update_workers(&self, workers: impl IntoIterator<Item = Worker>) -> WorkerChanges {
         self.inner.update_workers(workers)
+    }
+
+    /// The worker shard `worker` lives (or would live) in: fixed for the tracker's life.
+    /// Writers on workers of different shards never wait for each other.
+    pub fn shard_of(&self, worker: Worker) -> usize {
+        self.inner.shard_of(worker)
+    }
+
+    /// How many worker shards the tracker has.
+    pub fn shard_count(&self) -> usize {
+        self.inner.shard_count()
     }
 
     /// Whether `worker` is tracked.

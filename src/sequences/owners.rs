@@ -3,6 +3,9 @@
 /// A worker's slot inside one shard (dense, reused after removal).
 pub(crate) type Slot = u32;
 
+/// A worker's slot and its count of requests covering a node.
+type Entry = (Slot, u32);
+
 /// For one trie node: each worker (by slot) with the number of its requests whose block sequence
 /// covers the node, all counts above zero.
 ///
@@ -43,7 +46,7 @@ impl Owners {
 
     /// Every `(slot, count)`, by slot.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (Slot, u32)> + '_ {
-        let (one, many): (Option<(Slot, u32)>, &[(Slot, u32)]) = match self {
+        let (one, many): (Option<Entry>, &[Entry]) = match self {
             Self::Empty => (None, &[]),
             Self::One(slot, count) => (Some((*slot, *count)), &[]),
             Self::Many(entries) => (None, entries),

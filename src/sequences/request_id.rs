@@ -1,7 +1,9 @@
 //! [`RequestId`]: the name of one request in flight.
 
 use std::borrow::Borrow;
+use std::cmp::Ordering;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 
 use crate::sync::{Arc, shared_str};
 
@@ -24,8 +26,35 @@ use crate::sync::{Arc, shared_str};
 /// assert_eq!(id, RequestId::from(String::from("chatcmpl-42")));
 /// assert_eq!(id.to_string(), "chatcmpl-42");
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone)]
 pub struct RequestId(Arc<str>);
+
+// By content, consistently with `Borrow<str>` (written out: loom's `Arc` derives none of them).
+impl PartialEq for RequestId {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for RequestId {}
+
+impl Hash for RequestId {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl PartialOrd for RequestId {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for RequestId {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
 
 impl RequestId {
     /// The id as a string slice.

@@ -201,17 +201,23 @@ impl Shard {
 
     /// Appends every worker's potential load for `candidate` to `out`, with
     /// `new_tokens(worker)` the prefill tokens the candidate would add on that worker.
-    /// `depths` is scratch space.
     pub(crate) fn potential_loads_into(
         &self,
         candidate: &[SequenceHash],
         new_tokens: impl Fn(Worker) -> usize,
-        depths: &mut Vec<usize>,
         out: &mut Vec<PotentialLoad>,
     ) {
-        depths.clear();
-        depths.resize(self.slots.len(), 0);
+        const ON_STACK: usize = 64;
+        let mut stack = [0usize; ON_STACK];
+        let mut heap = Vec::new();
+        let depths: &mut [usize] = if self.slots.len() <= ON_STACK {
+            &mut stack[..self.slots.len()]
+        } else {
+            heap.resize(self.slots.len(), 0);
+            &mut heap
+        };
         self.trie.visit_depths(candidate, |slot, depth| depths[slot as usize] = depth);
+        out.reserve(self.slot_of.len());
         for (state, &depth) in self.slots.iter().zip(depths.iter()) {
             let Some(state) = state else { continue };
             out.push(PotentialLoad {
@@ -263,7 +269,7 @@ mod tests {
         assert_eq!(shard.load(b).map(|l| (l.active_blocks, l.active_tokens)), Some((2, 10)));
 
         let mut out = Vec::new();
-        shard.potential_loads_into(&hashes(&[1, 2, 3, 4]), |_| 7, &mut Vec::new(), &mut out);
+        shard.potential_loads_into(&hashes(&[1, 2, 3, 4]), |_| 7, &mut out);
         let by_worker: Vec<_> =
             out.iter().map(|p| (p.worker.id.0, p.potential_blocks, p.potential_tokens)).collect();
         assert_eq!(by_worker, [(1, 3 + 1, 47), (2, 2 + 2, 17)]);
