@@ -145,8 +145,15 @@ impl Naive {
     }
 }
 
-fn build(rng: &mut Rng, workload: &Workload) -> (MultiWorkerSequences, Naive, Vec<Vec<RequestId>>) {
-    let fleet = MultiWorkerSequences::builder(BLOCK_SIZE as u32).build().expect("config");
+fn build(
+    rng: &mut Rng,
+    workload: &Workload,
+    shards: usize,
+) -> (MultiWorkerSequences, Naive, Vec<Vec<RequestId>>) {
+    let fleet = MultiWorkerSequences::builder(BLOCK_SIZE as u32)
+        .worker_shards(shards)
+        .build()
+        .expect("config");
     fleet.update_workers((0..WORKERS as u64).map(|w| Worker::new(w, 0)));
     let mut naive = Naive::default();
     let mut active = vec![Vec::new(); WORKERS];
@@ -166,7 +173,8 @@ fn build(rng: &mut Rng, workload: &Workload) -> (MultiWorkerSequences, Naive, Ve
 fn benches(c: &mut Criterion) {
     let mut rng = Rng(0x5EED);
     let workload = Workload::new(&mut rng);
-    let (fleet, mut naive, mut active) = build(&mut rng, &workload);
+    let (fleet, mut naive, mut active) =
+        build(&mut rng, &workload, kvroute::sequences::DEFAULT_WORKER_SHARDS);
     let mut naive_active = active.clone();
     let candidates: Vec<_> = (0..64).map(|_| workload.candidate(&mut rng)).collect();
     let isl = CANDIDATE_BLOCKS * BLOCK_SIZE;
@@ -190,6 +198,15 @@ fn benches(c: &mut Criterion) {
             black_box(out.len())
         })
     });
+    let none = OverlapScores::new();
+    group.bench_function(BenchmarkId::new("kvroute-no-overlaps", STATE), |b| {
+        b.iter(|| {
+            let (blocks, _) = &candidates[next % candidates.len()];
+            next += 1;
+            fleet.potential_loads_into(blocks, isl, &none, &mut out);
+            black_box(out.len())
+        })
+    });
     group.bench_function(BenchmarkId::new("naive", STATE), |b| {
         b.iter(|| {
             let (blocks, overlaps) = &candidates[next % candidates.len()];
@@ -197,6 +214,23 @@ fn benches(c: &mut Criterion) {
             black_box(naive.potential(blocks, isl, overlaps))
         })
     });
+    group.finish();
+
+    // How the worker-shard count trades query cost (one trie walk per shard).
+    let mut group = c.benchmark_group("potential_loads_by_shards");
+    for shards in [1, 4, 16] {
+        let mut rng = Rng(0x5EED);
+        let workload = Workload::new(&mut rng);
+        let (fleet, _, _) = build(&mut rng, &workload, shards);
+        group.bench_function(BenchmarkId::new("kvroute", shards), |b| {
+            b.iter(|| {
+                let (blocks, overlaps) = &candidates[next % candidates.len()];
+                next += 1;
+                fleet.potential_loads_into(blocks, isl, overlaps, &mut out);
+                black_box(out.len())
+            })
+        });
+    }
     group.finish();
 
     let mut group = c.benchmark_group("fanout");

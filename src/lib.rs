@@ -52,3 +52,7 @@ pub use event::{
     SequenceHash, StorageTier, StoredBlock, Worker, WorkerId,
 };
 pub use index::OverlapScores;
+pub use sequences::{
+    ActiveSequences, MultiWorkerSequences, PotentialLoad, RequestId, SequenceEvent,
+    SequencePublisher, WorkerLoad,
+};

@@ -290,8 +290,21 @@ impl Inner {
         let table = OverlapTable::new(overlaps);
         let block_size = self.block_size;
         let new_tokens = |worker| saturating_prefill_tokens(isl, table.get(worker), block_size);
-        for shard in self.shards.iter() {
-            shard.read().potential_loads_into(candidate, new_tokens, out);
+        // Shards a writer holds right now are read last, so the wait overlaps other work.
+        let mut busy = [0usize; 8];
+        let mut busy_count = 0;
+        for (at, shard) in self.shards.iter().enumerate() {
+            match shard.try_read() {
+                Some(shard) => shard.potential_loads_into(candidate, new_tokens, out),
+                None if busy_count < busy.len() => {
+                    busy[busy_count] = at;
+                    busy_count += 1;
+                }
+                None => shard.read().potential_loads_into(candidate, new_tokens, out),
+            }
+        }
+        for &at in &busy[..busy_count] {
+            self.shards[at].read().potential_loads_into(candidate, new_tokens, out);
         }
     }
 

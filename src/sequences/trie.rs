@@ -79,10 +79,16 @@ impl Default for BlockTrie {
 
 /// How many leading elements two slices share.
 fn common_prefix(a: &[SequenceHash], b: &[SequenceHash]) -> usize {
-    const CHUNK: usize = 8;
+    const CHUNK: usize = 4;
     let len = a.len().min(b.len());
+    let (a, b) = (&a[..len], &b[..len]);
     let mut at = 0;
-    while at + CHUNK <= len && a[at..at + CHUNK] == b[at..at + CHUNK] {
+    // Branch-free over each chunk (vectorised, no call into `memcmp`).
+    for (x, y) in a.chunks_exact(CHUNK).zip(b.chunks_exact(CHUNK)) {
+        let differ = x.iter().zip(y).fold(0, |acc, (p, q)| acc | (p.0 ^ q.0));
+        if differ != 0 {
+            break;
+        }
         at += CHUNK;
     }
     while at < len && a[at] == b[at] {

@@ -11,7 +11,8 @@
 //! Measured per subject: add+free churn pairs/s (one thread; each pair frees a random request and
 //! adds a fresh one to the same worker, request generation included for both); latency of the
 //! all-worker potential-load query, quiescent and while another thread churns; bytes per active
-//! request (RSS delta of a child process that builds only that subject's state).
+//! request (RSS delta of a child process that builds only that subject's state). Both states
+//! live in one process and are measured in alternating rounds, so machine noise hits both alike.
 //!
 //! `cargo run --release -p kvroute-compare --bin sequences [-- --runs N]`
 
@@ -317,20 +318,22 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[at].as_nanos() as f64 / 1_000.0
 }
 
-/// Times `QUERIES` queries cycling over `queries`; returns (p50, p99) in µs.
-fn time_queries<S: Subject>(subject: &S, queries: &[S::Query]) -> (f64, f64) {
-    let mut samples = Vec::with_capacity(QUERIES);
-    for i in 0..QUERIES {
+/// Times `count` queries cycling over `queries`, appending the latencies.
+fn time_queries<S: Subject>(
+    subject: &S,
+    queries: &[S::Query],
+    count: usize,
+    samples: &mut Vec<Duration>,
+) {
+    for i in 0..count {
         let query = &queries[i % queries.len()];
         let start = Instant::now();
         black_box(subject.query_timed(black_box(query)));
         samples.push(start.elapsed());
     }
-    samples.sort_unstable();
-    (percentile(&samples, 0.50), percentile(&samples, 0.99))
 }
 
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Measured {
     churn_pairs_per_s: f64,
     p50: f64,
@@ -341,48 +344,140 @@ struct Measured {
     bytes_per_request: f64,
 }
 
-fn measure<S: Subject>(run: u64) -> Measured {
-    let mut rng = Rng(SEED ^ run);
-    let workload = Workload::new(&mut rng);
-    let mut fleet = build::<S>(&workload, &mut rng, true);
-    let queries: Vec<S::Query> =
-        (0..256).map(|_| fleet.subject.prepare(&workload.candidate(&mut rng))).collect();
-    let mut measured = Measured::default();
+/// One subject's state, driver and accumulated measurements.
+struct Bench<S: Subject> {
+    fleet: Fleet<S>,
+    queries: Vec<S::Query>,
+    rng: Rng,
+    counter: u64,
+    churn_time: Duration,
+    churn_pairs: usize,
+    quiescent: Vec<Duration>,
+    under_churn: Vec<Duration>,
+    background_pairs: u64,
+    background_time: Duration,
+}
 
-    let mut counter = 0;
-    let start = Instant::now();
-    for _ in 0..CHURN_PAIRS {
-        churn_pair(&fleet.subject, &mut fleet.active, &workload, &mut rng, &mut counter);
+impl<S: Subject> Bench<S> {
+    fn new(workload: &Workload, run: u64) -> Self {
+        let mut rng = Rng(SEED ^ run);
+        let fleet = build::<S>(workload, &mut rng, true);
+        let mut candidates = Rng(SEED ^ 0xCA4D ^ run);
+        let queries =
+            (0..256).map(|_| fleet.subject.prepare(&workload.candidate(&mut candidates))).collect();
+        Self {
+            fleet,
+            queries,
+            rng,
+            counter: 0,
+            churn_time: Duration::ZERO,
+            churn_pairs: 0,
+            quiescent: Vec::new(),
+            under_churn: Vec::new(),
+            background_pairs: 0,
+            background_time: Duration::ZERO,
+        }
     }
-    measured.churn_pairs_per_s = CHURN_PAIRS as f64 / start.elapsed().as_secs_f64();
 
-    // Warm up, then quiescent.
-    time_queries(&fleet.subject, &queries);
-    (measured.p50, measured.p99) = time_queries(&fleet.subject, &queries);
+    fn churn(&mut self, workload: &Workload, pairs: usize) {
+        let start = Instant::now();
+        let fleet = &mut self.fleet;
+        for _ in 0..pairs {
+            churn_pair(
+                &fleet.subject,
+                &mut fleet.active,
+                workload,
+                &mut self.rng,
+                &mut self.counter,
+            );
+        }
+        self.churn_time += start.elapsed();
+        self.churn_pairs += pairs;
+    }
 
-    let stop = AtomicBool::new(false);
-    let pairs = AtomicU64::new(0);
-    let Fleet { subject, active } = &mut fleet;
-    let subject = &*subject;
-    let started = Instant::now();
-    std::thread::scope(|scope| {
-        scope.spawn(|| {
-            let mut rng = Rng(SEED ^ 0xC0FFEE ^ run);
-            let mut done = 0;
-            while !stop.load(Ordering::Relaxed) {
-                churn_pair(subject, active, &workload, &mut rng, &mut counter);
-                done += 1;
-            }
-            pairs.store(done, Ordering::Relaxed);
+    fn query(&mut self, count: usize) {
+        time_queries(&self.fleet.subject, &self.queries, count, &mut self.quiescent);
+    }
+
+    /// `count` timed queries while another thread churns the same state.
+    fn query_under_churn(&mut self, workload: &Workload, count: usize) {
+        let stop = AtomicBool::new(false);
+        let pairs = AtomicU64::new(0);
+        let Fleet { subject, active } = &mut self.fleet;
+        let subject = &*subject;
+        let (rng, counter) = (&mut self.rng, &mut self.counter);
+        let (queries, samples) = (&self.queries, &mut self.under_churn);
+        let started = Instant::now();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let mut done = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    churn_pair(subject, active, workload, rng, counter);
+                    done += 1;
+                }
+                pairs.store(done, Ordering::Relaxed);
+            });
+            // Let the churner get going.
+            std::thread::sleep(Duration::from_millis(5));
+            time_queries(subject, queries, count, samples);
+            stop.store(true, Ordering::Relaxed);
         });
-        // Let the churner get going.
-        std::thread::sleep(Duration::from_millis(20));
-        (measured.p50_churn, measured.p99_churn) = time_queries(subject, &queries);
-        stop.store(true, Ordering::Relaxed);
-    });
-    let during = pairs.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
-    measured.churn_during_queries = during;
-    measured
+        self.background_time += started.elapsed();
+        self.background_pairs += pairs.load(Ordering::Relaxed);
+    }
+
+    fn result(&mut self) -> Measured {
+        self.quiescent.sort_unstable();
+        self.under_churn.sort_unstable();
+        Measured {
+            churn_pairs_per_s: self.churn_pairs as f64 / self.churn_time.as_secs_f64(),
+            p50: percentile(&self.quiescent, 0.50),
+            p99: percentile(&self.quiescent, 0.99),
+            p50_churn: percentile(&self.under_churn, 0.50),
+            p99_churn: percentile(&self.under_churn, 0.99),
+            churn_during_queries: self.background_pairs as f64 / self.background_time.as_secs_f64(),
+            bytes_per_request: f64::NAN,
+        }
+    }
+}
+
+/// One run: both subjects built side by side, then measured in alternating rounds so that
+/// whatever else the machine does weighs on both alike.
+fn measure(run: u64) -> (Measured, Measured) {
+    const ROUNDS: usize = 10;
+    let workload = Workload::new(&mut Rng(SEED ^ run));
+    let mut dynamo = Bench::<Dynamo>::new(&workload, run);
+    let mut ours = Bench::<Ours>::new(&workload, run);
+    let churn = CHURN_PAIRS / ROUNDS;
+    let count = QUERIES / ROUNDS;
+    for round in 0..ROUNDS {
+        if round % 2 == 0 {
+            dynamo.churn(&workload, churn);
+            ours.churn(&workload, churn);
+        } else {
+            ours.churn(&workload, churn);
+            dynamo.churn(&workload, churn);
+        }
+    }
+    // Warm-up, then quiescent and under churn, alternating.
+    dynamo.query(count);
+    ours.query(count);
+    dynamo.quiescent.clear();
+    ours.quiescent.clear();
+    for round in 0..ROUNDS {
+        if round % 2 == 0 {
+            dynamo.query(count);
+            ours.query(count);
+            dynamo.query_under_churn(&workload, count);
+            ours.query_under_churn(&workload, count);
+        } else {
+            ours.query(count);
+            dynamo.query(count);
+            ours.query_under_churn(&workload, count);
+            dynamo.query_under_churn(&workload, count);
+        }
+    }
+    (dynamo.result(), ours.result())
 }
 
 fn rss_bytes() -> u64 {
@@ -462,9 +557,8 @@ fn main() {
 
     let mut all: Vec<(Measured, Measured)> = Vec::new();
     for run in 0..runs {
-        let mut dynamo = measure::<Dynamo>(run);
+        let (mut dynamo, mut ours) = measure(run);
         dynamo.bytes_per_request = memory_of("dynamo");
-        let mut ours = measure::<Ours>(run);
         ours.bytes_per_request = memory_of("kvroute");
         println!(
             "run {run}: churn {:.0} vs {:.0} pairs/s; p50/p99 {:.2}/{:.2} vs {:.2}/{:.2} us; \
@@ -502,7 +596,9 @@ fn main() {
     for (name, field, target) in rows.iter().filter(|row| !row.0.is_empty()) {
         let theirs = median(all.iter().map(|(d, _)| field(d)).collect());
         let mine = median(all.iter().map(|(_, o)| field(o)).collect());
-        println!("{name:<32} {theirs:>12.2} {mine:>12.2} {:>9.2} {target:>8}", mine / theirs);
+        // The ratio is taken within each run (same machine state), then the median of those.
+        let ratio = median(all.iter().map(|(d, o)| field(o) / field(d)).collect());
+        println!("{name:<32} {theirs:>12.2} {mine:>12.2} {ratio:>9.2} {target:>8}");
     }
-    println!("ratio = kvroute / dynamo");
+    println!("ratio = median over runs of (kvroute / dynamo within the run)");
 }
