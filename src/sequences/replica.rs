@@ -110,3 +110,41 @@ impl PeerCounters {
         }
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_stats_display_every_counter() {
+        let counters = PeerCounters::default();
+        PeerCounters::bump(&counters.applied);
+        PeerCounters::bump(&counters.applied);
+        PeerCounters::bump(&counters.unknown_request);
+        let stats = counters.snapshot();
+        assert_eq!((stats.applied, stats.unknown_request, stats.own), (2, 1, 0));
+        assert_eq!(
+            stats.to_string(),
+            "applied 2, own 0, unknown worker 0, rejected add 0, unknown request 1"
+        );
+    }
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn events_round_trip_through_json() {
+        let event = SequenceEvent {
+            router_id: 7,
+            request_id: RequestId::from("r-1"),
+            worker: Worker::new(3, 1),
+            data: SequenceEventData::AddRequest {
+                blocks: Some(vec![SequenceHash(1), SequenceHash(2)]),
+                isl: 40,
+                overlap: 1,
+            },
+        };
+        let json = serde_json::to_string(&event).expect("serialize");
+        assert!(json.contains("\"request_id\":\"r-1\""));
+        let back: SequenceEvent = serde_json::from_str(&json).expect("deserialize");
+        assert_eq!(back, event);
+    }
+}
