@@ -237,7 +237,7 @@ pub(crate) use imp::*;
 /// Writers replace the value (under a lock of their own); readers [`pin`] once per operation and
 /// [`epoch::Published::load`] it. Normally reclamation is `crossbeam-epoch`'s; under loom the
 /// replaced values are kept until the cell drops, so loom sees our own orderings only.
-pub(crate) mod epoch {
+pub mod epoch {
     #[cfg(not(loom))]
     mod imp {
         use crossbeam_epoch::{self as ce, Atomic, Owned};
@@ -267,6 +267,15 @@ pub(crate) mod epoch {
                 // `replace`), and a replaced value is destroyed only after every guard that could
                 // have loaded it is gone (`defer_destroy` below), so it outlives `'g`.
                 unsafe { shared.deref() }
+            }
+
+            /// The current value, for the writer: `_lock` is the guard of the lock every
+            /// [`Self::replace`] of this cell is made under, so the value cannot be retired
+            /// while the returned borrow (tied to the guard) lives. Needs no epoch pin.
+            pub fn load_locked<'a, G>(&'a self, _lock: &'a G) -> &'a T {
+                // SAFETY: non-null as in `load`; `replace` runs only under the lock whose guard
+                // `_lock` borrows, so the current value stays linked (hence alive) for `'a`.
+                unsafe { self.0.load(Ordering::Acquire, ce::unprotected()).deref() }
             }
 
             /// Publishes `value` and retires the old one once no reader can hold it.
@@ -324,6 +333,12 @@ pub(crate) mod epoch {
             /// The current value.
             pub fn load<'g>(&self, _guard: &'g Guard) -> &'g T {
                 // SAFETY: non-null, and never freed before the cell drops, which `&self` outlives.
+                unsafe { &*self.current.load(Ordering::Acquire) }
+            }
+
+            /// The current value, for the writer holding the lock `replace` is made under.
+            pub fn load_locked<'a, G>(&'a self, _lock: &'a G) -> &'a T {
+                // SAFETY: non-null, and never freed before the cell drops.
                 unsafe { &*self.current.load(Ordering::Acquire) }
             }
 

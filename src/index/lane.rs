@@ -1,9 +1,10 @@
 //! [`IndexLane`]: applies the events of the workers assigned to one lane.
 //!
 //! The lane owns those workers' [`WorkerBlocks`] outright (no lock) and writes membership bits
-//! into the shared table. Each event is all-or-nothing for `Stored` (blocks applied before a
-//! rejected one are undone) and best-effort for `Removed` (unknown blocks are skipped and
-//! reported), exactly like the reference index.
+//! into the shared table. Each event is all-or-nothing for `Stored` (the whole chain is validated
+//! before anything changes) and best-effort for `Removed` (unknown blocks are skipped and
+//! reported), exactly like the reference index. Membership changes of one event go to the table
+//! as one batch.
 
 use std::collections::HashMap;
 
@@ -12,9 +13,10 @@ use crossbeam_utils::CachePadded;
 use crate::event::{ApplyError, ApplyErrorKind, KvEventData, RouterEvent, SequenceHash};
 use crate::event::{StoredBlock, Worker, WorkerId};
 use crate::index::shared::SharedIndex;
+use crate::index::table::BitOp;
 use crate::index::worker_blocks::{Placement, WorkerBlocks};
 use crate::pool::Lane;
-use crate::sync::{Arc, AtomicU64, Ordering, defer_until_unpinned};
+use crate::sync::{Arc, AtomicU64, Ordering, defer_until_unpinned, epoch};
 
 /// Counters one lane publishes (only that lane writes them).
 #[derive(Default)]
@@ -38,8 +40,11 @@ pub(crate) struct IndexLane {
     shared: Arc<SharedIndex>,
     workers: HashMap<Worker, WorkerBlocks, ahash::RandomState>,
     counters: Arc<CachePadded<LaneCounters>>,
-    /// What the `Stored` being applied changed, to undo it if a later block is rejected.
-    undo: Vec<(SequenceHash, SequenceHash, bool, bool)>,
+    /// Reused buffers: blocks a `Stored` adds, nodes a `Removed` drops, and table changes.
+    pending: Vec<(SequenceHash, Placement, SequenceHash)>,
+    revived: Vec<bool>,
+    removed: Vec<SequenceHash>,
+    ops: Vec<BitOp>,
 }
 
 impl Lane for IndexLane {
@@ -61,7 +66,15 @@ impl Lane for IndexLane {
 
 impl IndexLane {
     pub(crate) fn new(shared: Arc<SharedIndex>, counters: Arc<CachePadded<LaneCounters>>) -> Self {
-        Self { shared, workers: HashMap::default(), counters, undo: Vec::new() }
+        Self {
+            shared,
+            workers: HashMap::default(),
+            counters,
+            pending: Vec::new(),
+            revived: Vec::new(),
+            removed: Vec::new(),
+            ops: Vec::new(),
+        }
     }
 
     pub(crate) fn apply(&mut self, event: &RouterEvent) -> Result<(), ApplyError> {
@@ -71,9 +84,8 @@ impl IndexLane {
             KvEventData::Removed { blocks } => self.remove(worker, blocks),
             KvEventData::Cleared => match self.workers.get_mut(&worker) {
                 Some(held) => {
-                    for node in held.drain_nodes() {
-                        self.shared.remove_holder(node, held.slot);
-                    }
+                    let nodes = held.drain_nodes();
+                    self.shared.change_holders(held.slot, nodes.into_iter(), false, &mut self.ops);
                     Ok(())
                 }
                 None => Err(ApplyError::UnknownWorker { worker }),
@@ -106,44 +118,59 @@ impl IndexLane {
                 entry.insert(WorkerBlocks::new(slot))
             }
         };
-        self.undo.clear();
+        // Validate the whole chain before changing anything; the checks are independent reads,
+        // so their cache misses overlap.
+        self.pending.clear();
+        let guard = epoch::pin();
         let mut rejected = None;
         for block in blocks {
             let placement = Placement::new(at, block.local);
             let node = placement.node();
             at = Some(node);
-            if let Some(existing) = held.get(block.hash) {
-                if existing != placement {
-                    rejected = Some(block.hash);
-                    break;
-                }
-                continue; // idempotent
-            }
-            // (The same engine hash twice in one event is caught above on its second use.)
-            let revived_ghost = held.is_ghost(node);
-            held.insert(block.hash, placement, node);
-            let already_held = self.shared.add_holder(node, held.slot);
-            self.undo.push((block.hash, node, revived_ghost, already_held));
-            if already_held {
-                // Held under another engine hash: one block, two names.
+            let ok = match held.get(block.hash) {
+                Some(existing) => existing == placement, // storing twice is a no-op
+                // Not this block under a second name.
+                None => !self.shared.holds(node, held.slot, &guard),
+            };
+            if !ok {
                 rejected = Some(block.hash);
                 break;
             }
-        }
-        let Some(block) = rejected else { return Ok(()) };
-        for &(hash, node, revived_ghost, already_held) in self.undo.iter().rev() {
-            held.undo_insert(hash, revived_ghost);
-            if !already_held {
-                self.shared.remove_holder(node, held.slot);
+            if held.get(block.hash).is_none() {
+                self.pending.push((block.hash, placement, node));
             }
         }
-        if created {
-            // A rejected first event registers nobody (the slot was never published).
-            let slot = held.slot;
-            self.workers.remove(&worker);
-            self.shared.slots.release(slot);
+        drop(guard);
+        // The same new engine hash twice in one event shows up as a failed insert: undo.
+        if rejected.is_none() {
+            self.revived.clear();
+            for &(hash, placement, node) in &self.pending {
+                match held.insert(hash, placement, node) {
+                    Some(revived) => self.revived.push(revived),
+                    None => {
+                        for (&(hash, _, _), &revived) in
+                            self.pending.iter().zip(&self.revived).rev()
+                        {
+                            held.undo_insert(hash, revived);
+                        }
+                        rejected = Some(hash);
+                        break;
+                    }
+                }
+            }
         }
-        Err(ApplyError::HashConflict { worker, block })
+        if let Some(block) = rejected {
+            if created {
+                // A rejected first event registers nobody (its slot was never published).
+                let slot = held.slot;
+                self.workers.remove(&worker);
+                self.shared.slots.release(slot);
+            }
+            return Err(ApplyError::HashConflict { worker, block });
+        }
+        let nodes = self.pending.iter().map(|&(_, _, node)| node);
+        self.shared.change_holders(held.slot, nodes, true, &mut self.ops);
+        Ok(())
     }
 
     fn remove(&mut self, worker: Worker, blocks: &[SequenceHash]) -> Result<(), ApplyError> {
@@ -152,15 +179,18 @@ impl IndexLane {
         };
         let mut unknown = 0;
         let mut first = None;
+        self.removed.clear();
         for &hash in blocks {
             match held.remove(hash) {
-                Some(node) => self.shared.remove_holder(node, held.slot),
+                Some(node) => self.removed.push(node),
                 None => {
                     unknown += 1;
                     first.get_or_insert(hash);
                 }
             }
         }
+        let slot = held.slot;
+        self.shared.change_holders(slot, self.removed.iter().copied(), false, &mut self.ops);
         match first {
             None => Ok(()),
             Some(first) => Err(ApplyError::UnknownBlocks { worker, first, count: unknown }),
@@ -172,9 +202,8 @@ impl IndexLane {
         let doomed: Vec<Worker> = self.workers.keys().copied().filter(|&w| matches(w)).collect();
         for worker in &doomed {
             let mut held = self.workers.remove(worker).expect("listed above");
-            for node in held.drain_nodes() {
-                self.shared.remove_holder(node, held.slot);
-            }
+            let nodes = held.drain_nodes();
+            self.shared.change_holders(held.slot, nodes.into_iter(), false, &mut self.ops);
             let shared = self.shared.clone();
             let slot = held.slot;
             defer_until_unpinned(move || shared.slots.release(slot));

@@ -25,3 +25,13 @@ use crate::event::{SequenceHash, Worker};
 /// A canonical view of an index for equality checks: per worker, each engine hash it holds with
 /// our sequence hash of that block's prefix.
 pub type IndexSnapshot = BTreeMap<Worker, BTreeMap<SequenceHash, SequenceHash>>;
+
+/// Internals the loom models in `tests/loom.rs` drive directly (only under `cfg(loom)`).
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod loom_internals {
+    pub use super::shared::SharedIndex;
+    pub use super::slots::WorkerSlots;
+    pub use super::table::NodeTable;
+    pub use crate::sync::epoch::pin;
+}

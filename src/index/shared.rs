@@ -11,7 +11,7 @@ use crate::event::{LocalBlockHash, SequenceHash};
 use crate::hash::next_sequence_hash;
 use crate::index::OverlapScores;
 use crate::index::slots::WorkerSlots;
-use crate::index::table::NodeTable;
+use crate::index::table::{BitOp, NodeTable};
 use crate::sync::epoch;
 
 /// Word number of the summary entry (the words themselves are 0..64).
@@ -29,18 +29,53 @@ fn split(slot: u32) -> (u32, u64) {
 }
 
 /// See the [module docs](self).
-pub(crate) struct SharedIndex {
-    pub(crate) table: NodeTable,
-    pub(crate) slots: WorkerSlots,
+pub struct SharedIndex {
+    /// Membership words by node (and word) key.
+    pub table: NodeTable,
+    /// Which worker owns which membership bit.
+    pub slots: WorkerSlots,
 }
 
 impl SharedIndex {
-    pub(crate) fn new(max_workers: usize) -> Self {
+    /// An empty index for up to `max_workers` (at most 4,096) workers.
+    pub fn new(max_workers: usize) -> Self {
         Self { table: NodeTable::new(), slots: WorkerSlots::new(max_workers.clamp(1, 64 * 64)) }
     }
 
+    /// Whether `slot` holds `node`: exact for the lane that owns the slot (no one else writes it).
+    pub(crate) fn holds(&self, node: SequenceHash, slot: u32, guard: &epoch::Guard) -> bool {
+        let (word, bit) = split(slot);
+        self.table.get(word_key(node.0, word), guard) & bit != 0
+    }
+
+    /// Marks every node of `nodes` held (`set`) or no longer held by `slot`, in one batch per
+    /// shard for slots of the first word. `scratch` is a reusable buffer.
+    pub(crate) fn change_holders(
+        &self,
+        slot: u32,
+        nodes: impl Iterator<Item = SequenceHash>,
+        set: bool,
+        scratch: &mut Vec<BitOp>,
+    ) {
+        let (word, bit) = split(slot);
+        if word > 0 {
+            // Beyond 64 workers the summary protocol orders each change; go one by one.
+            for node in nodes {
+                if set {
+                    self.add_holder(node, slot);
+                } else {
+                    self.remove_holder(node, slot);
+                }
+            }
+            return;
+        }
+        scratch.clear();
+        scratch.extend(nodes.map(|node| BitOp { key: node.0, bits: bit, set }));
+        self.table.apply(scratch);
+    }
+
     /// Marks `node` held by `slot`. Returns whether it already was.
-    pub(crate) fn add_holder(&self, node: SequenceHash, slot: u32) -> bool {
+    pub fn add_holder(&self, node: SequenceHash, slot: u32) -> bool {
         let (word, bit) = split(slot);
         let old = self.table.set_bits(word_key(node.0, word), bit);
         if word > 0 && old == 0 {
@@ -50,7 +85,7 @@ impl SharedIndex {
     }
 
     /// Marks `node` no longer held by `slot`.
-    pub(crate) fn remove_holder(&self, node: SequenceHash, slot: u32) {
+    pub fn remove_holder(&self, node: SequenceHash, slot: u32) {
         let (word, bit) = split(slot);
         let old = self.table.clear_bits(word_key(node.0, word), bit);
         if word > 0 && old == bit {
@@ -67,9 +102,8 @@ impl SharedIndex {
 
     /// Per worker, the number of leading blocks of `query` it holds. With `early_exit`, stops
     /// as soon as a single worker still matches.
-    pub(crate) fn find_matches(&self, query: &[LocalBlockHash], early_exit: bool) -> OverlapScores {
+    pub fn find_matches(&self, query: &[LocalBlockHash], early_exit: bool) -> OverlapScores {
         let guard = epoch::pin();
-        let mut scores = Vec::new();
         let mut parent = None;
         let mut nodes = query.iter().map(|&local| {
             let node = next_sequence_hash(parent, local);
@@ -79,7 +113,7 @@ impl SharedIndex {
         let Some(first) = nodes.next() else { return OverlapScores::new() };
 
         // Active words: (word number, bits of workers still matching).
-        let mut active: Vec<(u32, u64)> = Vec::with_capacity(1);
+        let mut active: Vec<(u32, u64)> = Vec::new();
         let word0 = self.table.get(first, &guard);
         if word0 != 0 {
             active.push((0, word0));
@@ -95,8 +129,8 @@ impl SharedIndex {
                 }
             }
         }
-        let mut depth = 1u32;
-        let mut remaining: u32 = active.iter().map(|(_, bits)| bits.count_ones()).sum();
+        let matching = active.iter().map(|&(_, bits)| bits.count_ones() as usize).sum();
+        let mut scores = Vec::with_capacity(matching);
         let push_all = |word: u32, mut bits: u64, depth: u32, scores: &mut Vec<_>| {
             while bits != 0 {
                 let slot = word * 64 + bits.trailing_zeros();
@@ -104,21 +138,27 @@ impl SharedIndex {
                 scores.push((self.slots.owner(slot), depth));
             }
         };
-        if remaining > 1 || !early_exit {
+        let single = |active: &[(u32, u64)]| match active {
+            [(_, bits)] => bits & (bits - 1) == 0,
+            _ => false,
+        };
+        let mut depth = 1u32;
+        if !(early_exit && single(&active)) {
             for node in nodes {
-                remaining = 0;
+                if active.is_empty() {
+                    break;
+                }
                 for (word, bits) in active.iter_mut() {
                     let kept = *bits & self.table.get(word_key(node, *word), &guard);
                     push_all(*word, *bits & !kept, depth, &mut scores);
                     *bits = kept;
-                    remaining += kept.count_ones();
                 }
-                if remaining == 0 {
+                active.retain(|&(_, bits)| bits != 0);
+                if active.is_empty() {
                     break;
                 }
                 depth += 1;
-                active.retain(|&(_, bits)| bits != 0);
-                if early_exit && remaining == 1 {
+                if early_exit && single(&active) {
                     break;
                 }
             }

@@ -14,7 +14,7 @@ struct SlotOwner {
 }
 
 /// See the [module docs](self).
-pub(crate) struct WorkerSlots {
+pub struct WorkerSlots {
     owners: Box<[SlotOwner]>,
     free: Mutex<FreeSlots>,
     /// Set (before any bit of it is) once a slot of word 1 or above has been handed out.
@@ -41,7 +41,7 @@ impl WorkerSlots {
     }
 
     /// A slot for `worker`, or `None` when all are taken.
-    pub(crate) fn allocate(&self, worker: Worker) -> Option<u32> {
+    pub fn allocate(&self, worker: Worker) -> Option<u32> {
         let slot = {
             let mut free = self.free.lock();
             match free.released.pop() {

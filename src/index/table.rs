@@ -12,6 +12,8 @@
 //! into a fresh array sized for them (growing or shrinking) and retires the old one through the
 //! epoch, so memory follows the live state.
 
+use std::cell::Cell;
+
 use crossbeam_utils::CachePadded;
 
 use crate::sync::epoch::{self, Guard, Published};
@@ -21,8 +23,18 @@ use crate::sync::{AtomicU64, Mutex, Ordering};
 const EMPTY: u64 = 0;
 /// Stands in for key 0 (a 2^-64 collision risk, like any 64-bit hash identity).
 const ZERO_KEY_STAND_IN: u64 = u64::MAX;
-const SHARD_BITS: u32 = 6;
+/// 16 shards: few enough that a lane's batch takes each lock once, enough to keep two or more
+/// lanes and the occasional rebuild out of each other's way.
+const SHARD_BITS: u32 = 4;
 const MIN_SLOTS: usize = 16;
+
+/// One membership change for [`NodeTable::apply`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BitOp {
+    pub(crate) key: u64,
+    pub(crate) bits: u64,
+    pub(crate) set: bool,
+}
 
 struct Slot {
     key: AtomicU64,
@@ -45,12 +57,18 @@ impl Array {
     }
 }
 
+/// Guarded by the shard's mutex; `Cell`s so the guard can be borrowed shared (as proof of the
+/// lock for [`Published::load_locked`]) while the counts change.
 #[derive(Default)]
 struct ShardCounts {
     /// Slots with a key (live or dead).
-    keyed: usize,
+    keyed: Cell<usize>,
     /// Slots with a non-zero word.
-    live: usize,
+    live: Cell<usize>,
+}
+
+fn bump(cell: &Cell<usize>, up: bool) {
+    cell.set(if up { cell.get() + 1 } else { cell.get() - 1 });
 }
 
 struct Shard {
@@ -59,7 +77,7 @@ struct Shard {
 }
 
 /// See the [module docs](self).
-pub(crate) struct NodeTable {
+pub struct NodeTable {
     shards: Box<[CachePadded<Shard>]>,
 }
 
@@ -69,7 +87,8 @@ fn stored_key(key: u64) -> u64 {
 }
 
 impl NodeTable {
-    pub(crate) fn new() -> Self {
+    /// An empty table.
+    pub fn new() -> Self {
         let shards = (0..1usize << SHARD_BITS).map(|_| {
             CachePadded::new(Shard {
                 array: Published::new(Array::with_slots(MIN_SLOTS)),
@@ -86,7 +105,7 @@ impl NodeTable {
 
     /// The word stored under `key`, 0 when absent. Lock-free.
     #[inline]
-    pub(crate) fn get(&self, key: u64, guard: &Guard) -> u64 {
+    pub fn get(&self, key: u64, guard: &Guard) -> u64 {
         let key = stored_key(key);
         let array = self.shard(key).array.load(guard);
         let mask = array.mask();
@@ -108,18 +127,46 @@ impl NodeTable {
     }
 
     /// Sets `bits` in the word of `key`, inserting it if absent. Returns the previous word.
-    pub(crate) fn set_bits(&self, key: u64, bits: u64) -> u64 {
-        debug_assert_ne!(bits, 0);
+    pub fn set_bits(&self, key: u64, bits: u64) -> u64 {
         let key = stored_key(key);
         let shard = self.shard(key);
-        let mut counts = shard.counts.lock();
-        let guard = epoch::pin();
-        let mut array = shard.array.load(&guard);
-        if (counts.keyed + 1) * 5 > array.slots.len() * 4 {
-            let live = counts.live + 1;
-            Self::rebuild(shard, &mut counts, live);
-            array = shard.array.load(&guard);
+        Self::set_locked(shard, &shard.counts.lock(), key, bits)
+    }
+
+    /// Clears `bits` in the word of `key`. Returns the previous word (0 if absent).
+    pub fn clear_bits(&self, key: u64, bits: u64) -> u64 {
+        let key = stored_key(key);
+        let shard = self.shard(key);
+        Self::clear_locked(shard, &shard.counts.lock(), key, bits)
+    }
+
+    /// Applies `ops` (reordered by shard, each key's ops keeping their order), taking each
+    /// shard's lock once: a lane's whole event costs a few lock operations, not one per block,
+    /// and the slot loads between them can overlap.
+    pub(crate) fn apply(&self, ops: &mut [BitOp]) {
+        ops.sort_by_key(|op| stored_key(op.key) >> (64 - SHARD_BITS));
+        for group in ops.chunk_by(|a, b| {
+            stored_key(a.key) >> (64 - SHARD_BITS) == stored_key(b.key) >> (64 - SHARD_BITS)
+        }) {
+            let shard = self.shard(stored_key(group[0].key));
+            let counts = shard.counts.lock();
+            for op in group {
+                let key = stored_key(op.key);
+                if op.set {
+                    Self::set_locked(shard, &counts, key, op.bits);
+                } else {
+                    Self::clear_locked(shard, &counts, key, op.bits);
+                }
+            }
         }
+    }
+
+    fn set_locked(shard: &Shard, counts: &ShardCounts, key: u64, bits: u64) -> u64 {
+        debug_assert_ne!(bits, 0);
+        if (counts.keyed.get() + 1) * 5 > shard.array.load_locked(counts).slots.len() * 4 {
+            Self::rebuild(shard, counts, counts.live.get() + 1);
+        }
+        let array = shard.array.load_locked(counts);
         let mask = array.mask();
         let mut at = key as usize & mask;
         let mut reusable = None;
@@ -128,7 +175,9 @@ impl NodeTable {
             let seen = slot.key.load(Ordering::Relaxed);
             if seen == key {
                 let old = slot.word.fetch_or(bits, Ordering::Release);
-                counts.live += usize::from(old == 0);
+                if old == 0 {
+                    bump(&counts.live, true);
+                }
                 return old;
             }
             if seen == EMPTY {
@@ -142,24 +191,19 @@ impl NodeTable {
         let slot = match reusable {
             Some(dead) => &array.slots[dead],
             None => {
-                counts.keyed += 1;
+                bump(&counts.keyed, true);
                 &array.slots[at]
             }
         };
         // Key first, then the word with release: a reader that sees the word sees the key.
         slot.key.store(key, Ordering::Release);
         slot.word.store(bits, Ordering::Release);
-        counts.live += 1;
+        bump(&counts.live, true);
         0
     }
 
-    /// Clears `bits` in the word of `key`. Returns the previous word (0 if absent).
-    pub(crate) fn clear_bits(&self, key: u64, bits: u64) -> u64 {
-        let key = stored_key(key);
-        let shard = self.shard(key);
-        let mut counts = shard.counts.lock();
-        let guard = epoch::pin();
-        let array = shard.array.load(&guard);
+    fn clear_locked(shard: &Shard, counts: &ShardCounts, key: u64, bits: u64) -> u64 {
+        let array = shard.array.load_locked(counts);
         let mask = array.mask();
         let mut at = key as usize & mask;
         loop {
@@ -167,12 +211,12 @@ impl NodeTable {
             let seen = slot.key.load(Ordering::Relaxed);
             if seen == key {
                 let old = slot.word.fetch_and(!bits, Ordering::Release);
+                let len = array.slots.len();
                 if old != 0 && old & !bits == 0 {
-                    counts.live -= 1;
+                    bump(&counts.live, false);
                     // Shrink once mostly dead (below 1/8 load, so the new array is smaller).
-                    if counts.live * 8 < array.slots.len() && array.slots.len() > MIN_SLOTS {
-                        let live = counts.live;
-                        Self::rebuild(shard, &mut counts, live);
+                    if counts.live.get() * 8 < len && len > MIN_SLOTS {
+                        Self::rebuild(shard, counts, counts.live.get());
                     }
                 }
                 return old;
@@ -185,7 +229,7 @@ impl NodeTable {
     }
 
     /// Copies the live slots into a fresh array with room for `live` keys at ≤ 40% load.
-    fn rebuild(shard: &Shard, counts: &mut ShardCounts, live: usize) {
+    fn rebuild(shard: &Shard, counts: &ShardCounts, live: usize) {
         let guard = epoch::pin();
         let old = shard.array.load(&guard);
         let fresh = Array::with_slots((live * 5 / 2).next_power_of_two().max(MIN_SLOTS));
@@ -205,13 +249,14 @@ impl NodeTable {
             fresh.slots[at].word.store(word, Ordering::Relaxed);
             moved += 1;
         }
-        *counts = ShardCounts { keyed: moved, live: moved };
+        counts.keyed.set(moved);
+        counts.live.set(moved);
         shard.array.replace(fresh);
     }
 
     /// Keys with a non-zero word.
     pub(crate) fn live(&self) -> usize {
-        self.shards.iter().map(|shard| shard.counts.lock().live).sum()
+        self.shards.iter().map(|shard| shard.counts.lock().live.get()).sum()
     }
 
     /// Bytes held by the arrays (slots only).

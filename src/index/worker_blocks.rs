@@ -6,6 +6,7 @@
 //! (engines do that): such a block becomes a *ghost* until its last descendant goes.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::event::{LocalBlockHash, SequenceHash, StoredBlock};
@@ -87,30 +88,34 @@ impl WorkerBlocks {
         self.blocks.get(&hash.0).copied()
     }
 
-    /// Records a newly held block. The caller checked that `hash` is not held.
-    pub(crate) fn insert(&mut self, hash: SequenceHash, placement: Placement, node: SequenceHash) {
-        self.blocks.insert(hash.0, placement);
+    /// Records a newly held block. Returns `None`, changing nothing, if `hash` is held already;
+    /// otherwise whether the block revives a ghost (for [`Self::undo_insert`]).
+    pub(crate) fn insert(
+        &mut self,
+        hash: SequenceHash,
+        placement: Placement,
+        node: SequenceHash,
+    ) -> Option<bool> {
+        match self.blocks.entry(hash.0) {
+            Entry::Occupied(_) => return None,
+            Entry::Vacant(vacant) => vacant.insert(placement),
+        };
         // A re-stored ghost is already counted as its parent's child.
-        if self.ghosts.remove(&node.0).is_none()
-            && let Some(parent) = placement.parent()
-        {
+        let revived = self.ghosts.remove(&node.0).is_some();
+        if !revived && let Some(parent) = placement.parent() {
             *self.children.entry(parent.0).or_insert(0) += 1;
         }
+        Some(revived)
     }
 
-    /// Undoes the [`Self::insert`] just made for `hash` (when a later block of the same event is
-    /// rejected), restoring a ghost it revived.
-    pub(crate) fn undo_insert(&mut self, hash: SequenceHash, revived_ghost: bool) {
+    /// Undoes an [`Self::insert`] of `hash` that returned `Some(revived)`.
+    pub(crate) fn undo_insert(&mut self, hash: SequenceHash, revived: bool) {
         let placement = self.blocks.remove(&hash.0).expect("undo of an insert");
-        if revived_ghost {
+        if revived {
             self.ghosts.insert(placement.node().0, placement);
         } else if let Some(parent) = placement.parent() {
             self.release_child(parent.0);
         }
-    }
-
-    pub(crate) fn is_ghost(&self, node: SequenceHash) -> bool {
-        self.ghosts.contains_key(&node.0)
     }
 
     /// Forgets `hash`; returns its node, or `None` if the worker does not hold it.

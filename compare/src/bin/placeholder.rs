@@ -1,2 +1,0 @@
-//! Placeholder so the crate builds until the comparison binaries land.
-fn main() {}

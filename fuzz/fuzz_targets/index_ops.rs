@@ -1,0 +1,14 @@
+//! Differential fuzz target: arbitrary event sequences through the concurrent index and the
+//! reference must leave both in the same state.
+//!
+//! `cargo +nightly fuzz run index_ops` (from the repository root). The same check replays the
+//! checked-in corpus in `tests/fuzz_corpus.rs` on stable.
+#![no_main]
+
+mod index_ops_check;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    if let Err(disagreement) = index_ops_check::check(data) {
+        panic!("{disagreement}");
+    }
+});
