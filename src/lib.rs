@@ -41,6 +41,7 @@ pub mod event;
 pub mod hash;
 pub mod index;
 pub mod pool;
+pub mod sequences;
 #[cfg(feature = "sim")]
 pub mod sim;
 
@@ -51,3 +52,7 @@ pub use event::{
     SequenceHash, StorageTier, StoredBlock, Worker, WorkerId,
 };
 pub use index::OverlapScores;
+pub use sequences::{
+    ActiveSequences, MultiWorkerSequences, PotentialLoad, RequestId, SequenceEvent,
+    SequencePublisher, WorkerLoad,
+};

@@ -32,6 +32,11 @@ mod imp {
     pub mod channel {
         pub use flume::{Receiver, Sender, TrySendError, bounded};
     }
+
+    /// An immutable shared string (request ids): one allocation, clones bump a count.
+    pub fn shared_str(value: &str) -> Arc<str> {
+        Arc::from(value)
+    }
 }
 
 #[cfg(loom)]
@@ -58,6 +63,10 @@ mod imp {
         pub fn write(&self) -> loom::sync::RwLockWriteGuard<'_, T> {
             self.0.write().expect("loom lock poisoned")
         }
+        /// Shared access if no writer holds the lock now.
+        pub fn try_read(&self) -> Option<loom::sync::RwLockReadGuard<'_, T>> {
+            self.0.try_read().ok()
+        }
     }
 
     /// Loom's mutex with `parking_lot`'s signature.
@@ -73,6 +82,11 @@ mod imp {
         pub fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
             self.0.lock().expect("loom mutex poisoned")
         }
+    }
+
+    /// An immutable shared string (request ids), as a loom-tracked `Arc`.
+    pub fn shared_str(value: &str) -> Arc<str> {
+        Arc::from_std(std::sync::Arc::from(value))
     }
 
     /// Spawns a loom thread (names are not modelled).

@@ -1,0 +1,604 @@
+//! Side by side: kvroute's `MultiWorkerSequences` against dynamo-kv-router 1.6.1's
+//! `ActiveSequencesMultiWorker` (both synchronous), on identical state.
+//!
+//! Workload (fixed seed): 64 workers × 1,000 active requests of 100–200 blocks (16 tokens each).
+//! Every request starts with a 32-block system prompt shared by all, then the context of one of
+//! its worker's 32 conversations (0–48 blocks, shared by ~31 requests), then its own tail.
+//! Candidates are 256 blocks: system prompt + a random conversation's context + a fresh tail;
+//! the prefix index says every worker holds the system prompt and the conversation's worker holds
+//! the context too.
+//!
+//! Measured per subject: add+free churn pairs/s (one thread; each pair frees a random request and
+//! adds a fresh one to the same worker, request generation included for both); latency of the
+//! all-worker potential-load query, quiescent and while another thread churns; bytes per active
+//! request (RSS delta of a child process that builds only that subject's state). Both states
+//! live in one process and are measured in alternating rounds, so machine noise hits both alike.
+//!
+//! `cargo run --release -p kvroute-compare --bin sequences [-- --runs N]`
+
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use dynamo_kv_router::protocols::{PrefillLoadHint, WorkerWithDpRank};
+use dynamo_kv_router::{
+    ActiveSequencesMultiWorker, NoopSequencePublisher, PrefillTokenDeltas, SequenceRequest,
+};
+use kvroute::sequences::{MultiWorkerSequences, PotentialLoad, RequestId};
+use kvroute::{OverlapScores, SequenceHash, Worker};
+
+const WORKERS: usize = 64;
+const REQUESTS_PER_WORKER: usize = 1_000;
+const BLOCK_SIZE: usize = 16;
+const SYSTEM_BLOCKS: usize = 32;
+const CONVERSATIONS_PER_WORKER: usize = 32;
+const MAX_CONTEXT_BLOCKS: usize = 48;
+const MIN_BLOCKS: usize = 100;
+const MAX_BLOCKS: usize = 200;
+const CANDIDATE_BLOCKS: usize = 256;
+const CHURN_PAIRS: usize = 200_000;
+const QUERIES: usize = 20_000;
+const SEED: u64 = 0x5EED_2026;
+
+/// splitmix64: small, fast, deterministic.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// The shared prefixes every request and candidate is built from.
+struct Workload {
+    system: Vec<u64>,
+    /// Conversation `k` belongs to worker `k % WORKERS`.
+    conversations: Vec<Vec<u64>>,
+}
+
+/// One candidate request, in neutral form.
+struct Candidate {
+    blocks: Vec<u64>,
+    isl: usize,
+    /// The worker holding the conversation, and its overlap in blocks.
+    home: usize,
+    home_overlap: usize,
+}
+
+impl Workload {
+    fn new(rng: &mut Rng) -> Self {
+        let system = (0..SYSTEM_BLOCKS).map(|_| rng.next()).collect();
+        let conversations = (0..WORKERS * CONVERSATIONS_PER_WORKER)
+            .map(|_| {
+                let len = rng.below(MAX_CONTEXT_BLOCKS + 1);
+                (0..len).map(|_| rng.next()).collect()
+            })
+            .collect();
+        Self { system, conversations }
+    }
+
+    /// A fresh request for `worker`: (blocks, isl, overlap in blocks).
+    fn request(&self, rng: &mut Rng, worker: usize) -> (Vec<u64>, usize, u32) {
+        let conversation = worker + WORKERS * rng.below(CONVERSATIONS_PER_WORKER);
+        let len = MIN_BLOCKS + rng.below(MAX_BLOCKS - MIN_BLOCKS + 1);
+        let mut blocks = Vec::with_capacity(len);
+        blocks.extend_from_slice(&self.system);
+        blocks.extend_from_slice(&self.conversations[conversation]);
+        while blocks.len() < len {
+            blocks.push(rng.next());
+        }
+        let overlap = (SYSTEM_BLOCKS + self.conversations[conversation].len()) as u32;
+        (blocks, len * BLOCK_SIZE, overlap)
+    }
+
+    fn candidate(&self, rng: &mut Rng) -> Candidate {
+        let conversation = rng.below(self.conversations.len());
+        let mut blocks = self.system.clone();
+        blocks.extend_from_slice(&self.conversations[conversation]);
+        let home_overlap = blocks.len();
+        while blocks.len() < CANDIDATE_BLOCKS {
+            blocks.push(rng.next());
+        }
+        Candidate {
+            blocks,
+            isl: CANDIDATE_BLOCKS * BLOCK_SIZE,
+            home: conversation % WORKERS,
+            home_overlap,
+        }
+    }
+}
+
+/// What both trackers are driven through.
+trait Subject: Sync + Sized {
+    type Id: Clone + Send;
+    type Query: Sync;
+    fn new() -> Self;
+    fn id(name: String) -> Self::Id;
+    fn add(&self, id: Self::Id, worker: usize, blocks: Vec<u64>, isl: usize, overlap: u32);
+    fn free(&self, id: &Self::Id);
+    fn prepare(&self, candidate: &Candidate) -> Self::Query;
+    /// Runs the all-worker query; returns (worker, potential blocks, potential tokens) sorted.
+    fn query(&self, query: &Self::Query) -> Vec<(u64, usize, usize)>;
+    /// The query as timed: as little post-processing as the API allows.
+    fn query_timed(&self, query: &Self::Query) -> usize;
+}
+
+struct Dynamo(ActiveSequencesMultiWorker<NoopSequencePublisher>);
+
+struct DynamoQuery {
+    blocks: Vec<u64>,
+    deltas: PrefillTokenDeltas,
+}
+
+impl Subject for Dynamo {
+    type Id = String;
+    type Query = DynamoQuery;
+
+    fn new() -> Self {
+        let ranges: HashMap<u64, (u32, u32)> = (0..WORKERS as u64).map(|w| (w, (0, 1))).collect();
+        let tracker = ActiveSequencesMultiWorker::new(
+            NoopSequencePublisher,
+            BLOCK_SIZE,
+            ranges,
+            false,
+            0,
+            "decode",
+        );
+        Self(tracker)
+    }
+
+    fn id(name: String) -> String {
+        name
+    }
+
+    fn add(&self, id: String, worker: usize, blocks: Vec<u64>, isl: usize, overlap: u32) {
+        let tokens = isl - overlap as usize * BLOCK_SIZE;
+        let request = SequenceRequest {
+            request_id: id,
+            token_sequence: Some(blocks),
+            track_prefill_tokens: true,
+            expected_output_tokens: None,
+            prefill_load_hint: Some(PrefillLoadHint {
+                initial_effective_prefill_tokens: tokens,
+                expected_prefill_duration: None,
+            }),
+            worker: WorkerWithDpRank::new(worker as u64, 0),
+            lora_name: None,
+        };
+        self.0.add_request(request, tokio::time::Instant::now()).expect("dynamo add");
+    }
+
+    fn free(&self, id: &String) {
+        self.0.free(id, tokio::time::Instant::now()).expect("dynamo free");
+    }
+
+    fn prepare(&self, candidate: &Candidate) -> DynamoQuery {
+        let mut by_worker = HashMap::default();
+        let home_tokens = candidate.isl - candidate.home_overlap * BLOCK_SIZE;
+        by_worker.insert(WorkerWithDpRank::new(candidate.home as u64, 0), home_tokens);
+        let default_tokens = candidate.isl - SYSTEM_BLOCKS * BLOCK_SIZE;
+        let deltas = PrefillTokenDeltas::new(default_tokens, by_worker);
+        DynamoQuery { blocks: candidate.blocks.clone(), deltas }
+    }
+
+    fn query(&self, query: &DynamoQuery) -> Vec<(u64, usize, usize)> {
+        let (blocks, tokens, _) =
+            self.0.potential_blocks_and_tokens::<false>(Some(&query.blocks), &query.deltas);
+        let mut out: Vec<_> = blocks
+            .iter()
+            .map(|(w, &b)| (w.worker_id, b, tokens.get(w).copied().unwrap_or(0)))
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    fn query_timed(&self, query: &DynamoQuery) -> usize {
+        let (blocks, tokens, _) =
+            self.0.potential_blocks_and_tokens::<false>(Some(&query.blocks), &query.deltas);
+        blocks.len() + tokens.len()
+    }
+}
+
+struct Ours(MultiWorkerSequences);
+
+struct OurQuery {
+    blocks: Vec<SequenceHash>,
+    isl: usize,
+    overlaps: OverlapScores,
+}
+
+impl Subject for Ours {
+    type Id = RequestId;
+    type Query = OurQuery;
+
+    fn new() -> Self {
+        let tracker = MultiWorkerSequences::builder(BLOCK_SIZE as u32).build().expect("config");
+        tracker.update_workers((0..WORKERS as u64).map(|w| Worker::new(w, 0)));
+        Self(tracker)
+    }
+
+    fn id(name: String) -> RequestId {
+        RequestId::from(name)
+    }
+
+    fn add(&self, id: RequestId, worker: usize, blocks: Vec<u64>, isl: usize, overlap: u32) {
+        let blocks: Vec<SequenceHash> = blocks.into_iter().map(SequenceHash).collect();
+        let worker = Worker::new(worker as u64, 0);
+        self.0.add_request(id, worker, Some(&blocks), isl, overlap).expect("kvroute add");
+    }
+
+    fn free(&self, id: &RequestId) {
+        self.0.free(id).expect("kvroute free");
+    }
+
+    fn prepare(&self, candidate: &Candidate) -> OurQuery {
+        let overlaps = (0..WORKERS)
+            .map(|w| {
+                let depth =
+                    if w == candidate.home { candidate.home_overlap } else { SYSTEM_BLOCKS };
+                (Worker::new(w as u64, 0), depth as u32)
+            })
+            .collect();
+        OurQuery {
+            blocks: candidate.blocks.iter().copied().map(SequenceHash).collect(),
+            isl: candidate.isl,
+            overlaps: OverlapScores::from_pairs(overlaps),
+        }
+    }
+
+    fn query(&self, query: &OurQuery) -> Vec<(u64, usize, usize)> {
+        let loads = self.0.potential_loads(&query.blocks, query.isl, &query.overlaps);
+        let mut out: Vec<_> =
+            loads.iter().map(|l| (l.worker.id.0, l.potential_blocks, l.potential_tokens)).collect();
+        out.sort_unstable();
+        out
+    }
+
+    fn query_timed(&self, query: &OurQuery) -> usize {
+        let loads: Vec<PotentialLoad> =
+            self.0.potential_loads(&query.blocks, query.isl, &query.overlaps);
+        loads.len()
+    }
+}
+
+/// A subject with its active requests (per worker, in slots) and the generators.
+struct Fleet<S: Subject> {
+    subject: S,
+    active: Vec<Vec<S::Id>>,
+}
+
+/// Builds the state; `keep_ids` keeps the driver's list of active ids (not kept when only the
+/// subject's own memory is measured).
+fn build<S: Subject>(workload: &Workload, rng: &mut Rng, keep_ids: bool) -> Fleet<S> {
+    let subject = S::new();
+    let mut active: Vec<Vec<S::Id>> = (0..WORKERS).map(|_| Vec::new()).collect();
+    for slot in 0..REQUESTS_PER_WORKER {
+        for (worker, ids) in active.iter_mut().enumerate() {
+            let (blocks, isl, overlap) = workload.request(rng, worker);
+            let id = S::id(format!("w{worker}-r{slot}"));
+            if keep_ids {
+                ids.push(id.clone());
+            }
+            subject.add(id, worker, blocks, isl, overlap);
+        }
+    }
+    Fleet { subject, active }
+}
+
+/// One churn pair: free a random request, add a fresh one to the same worker.
+fn churn_pair<S: Subject>(
+    subject: &S,
+    active: &mut [Vec<S::Id>],
+    workload: &Workload,
+    rng: &mut Rng,
+    counter: &mut u64,
+) {
+    let worker = rng.below(WORKERS);
+    let slot = rng.below(REQUESTS_PER_WORKER);
+    subject.free(&active[worker][slot]);
+    let (blocks, isl, overlap) = workload.request(rng, worker);
+    *counter += 1;
+    let id = S::id(format!("c{counter}"));
+    subject.add(id.clone(), worker, blocks, isl, overlap);
+    active[worker][slot] = id;
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[at].as_nanos() as f64 / 1_000.0
+}
+
+/// Times `count` queries cycling over `queries`, appending the latencies.
+fn time_queries<S: Subject>(
+    subject: &S,
+    queries: &[S::Query],
+    count: usize,
+    samples: &mut Vec<Duration>,
+) {
+    for i in 0..count {
+        let query = &queries[i % queries.len()];
+        let start = Instant::now();
+        black_box(subject.query_timed(black_box(query)));
+        samples.push(start.elapsed());
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Measured {
+    churn_pairs_per_s: f64,
+    p50: f64,
+    p99: f64,
+    p50_churn: f64,
+    p99_churn: f64,
+    churn_during_queries: f64,
+    bytes_per_request: f64,
+}
+
+/// One subject's state, driver and accumulated measurements.
+struct Bench<S: Subject> {
+    fleet: Fleet<S>,
+    queries: Vec<S::Query>,
+    rng: Rng,
+    counter: u64,
+    churn_time: Duration,
+    churn_pairs: usize,
+    quiescent: Vec<Duration>,
+    under_churn: Vec<Duration>,
+    background_pairs: u64,
+    background_time: Duration,
+}
+
+impl<S: Subject> Bench<S> {
+    fn new(workload: &Workload, run: u64) -> Self {
+        let mut rng = Rng(SEED ^ run);
+        let fleet = build::<S>(workload, &mut rng, true);
+        let mut candidates = Rng(SEED ^ 0xCA4D ^ run);
+        let queries =
+            (0..256).map(|_| fleet.subject.prepare(&workload.candidate(&mut candidates))).collect();
+        Self {
+            fleet,
+            queries,
+            rng,
+            counter: 0,
+            churn_time: Duration::ZERO,
+            churn_pairs: 0,
+            quiescent: Vec::new(),
+            under_churn: Vec::new(),
+            background_pairs: 0,
+            background_time: Duration::ZERO,
+        }
+    }
+
+    fn churn(&mut self, workload: &Workload, pairs: usize) {
+        let start = Instant::now();
+        let fleet = &mut self.fleet;
+        for _ in 0..pairs {
+            churn_pair(
+                &fleet.subject,
+                &mut fleet.active,
+                workload,
+                &mut self.rng,
+                &mut self.counter,
+            );
+        }
+        self.churn_time += start.elapsed();
+        self.churn_pairs += pairs;
+    }
+
+    fn query(&mut self, count: usize) {
+        time_queries(&self.fleet.subject, &self.queries, count, &mut self.quiescent);
+    }
+
+    /// `count` timed queries while another thread churns the same state.
+    fn query_under_churn(&mut self, workload: &Workload, count: usize) {
+        let stop = AtomicBool::new(false);
+        let pairs = AtomicU64::new(0);
+        let Fleet { subject, active } = &mut self.fleet;
+        let subject = &*subject;
+        let (rng, counter) = (&mut self.rng, &mut self.counter);
+        let (queries, samples) = (&self.queries, &mut self.under_churn);
+        let started = Instant::now();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let mut done = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    churn_pair(subject, active, workload, rng, counter);
+                    done += 1;
+                }
+                pairs.store(done, Ordering::Relaxed);
+            });
+            // Let the churner get going.
+            std::thread::sleep(Duration::from_millis(5));
+            time_queries(subject, queries, count, samples);
+            stop.store(true, Ordering::Relaxed);
+        });
+        self.background_time += started.elapsed();
+        self.background_pairs += pairs.load(Ordering::Relaxed);
+    }
+
+    fn result(&mut self) -> Measured {
+        self.quiescent.sort_unstable();
+        self.under_churn.sort_unstable();
+        Measured {
+            churn_pairs_per_s: self.churn_pairs as f64 / self.churn_time.as_secs_f64(),
+            p50: percentile(&self.quiescent, 0.50),
+            p99: percentile(&self.quiescent, 0.99),
+            p50_churn: percentile(&self.under_churn, 0.50),
+            p99_churn: percentile(&self.under_churn, 0.99),
+            churn_during_queries: self.background_pairs as f64 / self.background_time.as_secs_f64(),
+            bytes_per_request: f64::NAN,
+        }
+    }
+}
+
+/// One run: both subjects built side by side, then measured in alternating rounds so that
+/// whatever else the machine does weighs on both alike.
+fn measure(run: u64) -> (Measured, Measured) {
+    const ROUNDS: usize = 10;
+    let workload = Workload::new(&mut Rng(SEED ^ run));
+    let mut dynamo = Bench::<Dynamo>::new(&workload, run);
+    let mut ours = Bench::<Ours>::new(&workload, run);
+    let churn = CHURN_PAIRS / ROUNDS;
+    let count = QUERIES / ROUNDS;
+    for round in 0..ROUNDS {
+        if round % 2 == 0 {
+            dynamo.churn(&workload, churn);
+            ours.churn(&workload, churn);
+        } else {
+            ours.churn(&workload, churn);
+            dynamo.churn(&workload, churn);
+        }
+    }
+    // Warm-up, then quiescent and under churn, alternating.
+    dynamo.query(count);
+    ours.query(count);
+    dynamo.quiescent.clear();
+    ours.quiescent.clear();
+    for round in 0..ROUNDS {
+        if round % 2 == 0 {
+            dynamo.query(count);
+            ours.query(count);
+            dynamo.query_under_churn(&workload, count);
+            ours.query_under_churn(&workload, count);
+        } else {
+            ours.query(count);
+            dynamo.query(count);
+            ours.query_under_churn(&workload, count);
+            dynamo.query_under_churn(&workload, count);
+        }
+    }
+    (dynamo.result(), ours.result())
+}
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+    pages * 4096
+}
+
+/// In a child process: bytes of RSS per active request after building the state.
+fn memory_child<S: Subject>() {
+    let mut rng = Rng(SEED);
+    let workload = Workload::new(&mut rng);
+    let before = rss_bytes();
+    let fleet = build::<S>(&workload, &mut rng, false);
+    let after = rss_bytes();
+    let requests = (WORKERS * REQUESTS_PER_WORKER) as f64;
+    println!("BYTES_PER_REQUEST {}", (after - before) as f64 / requests);
+    black_box(&fleet.subject);
+}
+
+fn memory_of(subject: &str) -> f64 {
+    let exe = std::env::current_exe().expect("own path");
+    let output = Command::new(exe).args(["--subject", subject]).output().expect("child run");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("BYTES_PER_REQUEST "))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// Both subjects answer identically on the same (small) state.
+fn check_agreement() {
+    let mut rng_a = Rng(SEED);
+    let mut rng_b = Rng(SEED);
+    let workload = Workload::new(&mut rng_a);
+    Workload::new(&mut rng_b);
+    let dynamo = build::<Dynamo>(&workload, &mut rng_a, false);
+    let ours = build::<Ours>(&workload, &mut rng_b, false);
+    for _ in 0..32 {
+        let candidate = workload.candidate(&mut rng_a);
+        workload.candidate(&mut rng_b);
+        let theirs = dynamo.subject.query(&dynamo.subject.prepare(&candidate));
+        let mine = ours.subject.query(&ours.subject.prepare(&candidate));
+        assert_eq!(theirs, mine, "the two trackers disagree on the same state");
+    }
+    println!("agreement: both trackers give identical potential blocks and tokens (32 candidates)");
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == "--subject") {
+        match args.get(at + 1).map(String::as_str) {
+            Some("dynamo") => memory_child::<Dynamo>(),
+            Some("kvroute") => memory_child::<Ours>(),
+            other => eprintln!("unknown subject {other:?}"),
+        }
+        return;
+    }
+    let runs: u64 = args
+        .iter()
+        .position(|a| a == "--runs")
+        .and_then(|at| args.get(at + 1)?.parse().ok())
+        .unwrap_or(3);
+
+    println!(
+        "{WORKERS} workers x {REQUESTS_PER_WORKER} requests of {MIN_BLOCKS}-{MAX_BLOCKS} blocks \
+         ({SYSTEM_BLOCKS}-block system prompt, {CONVERSATIONS_PER_WORKER} conversations/worker of \
+         0-{MAX_CONTEXT_BLOCKS} blocks), {CANDIDATE_BLOCKS}-block candidates, {runs} runs"
+    );
+    check_agreement();
+
+    let mut all: Vec<(Measured, Measured)> = Vec::new();
+    for run in 0..runs {
+        let (mut dynamo, mut ours) = measure(run);
+        dynamo.bytes_per_request = memory_of("dynamo");
+        ours.bytes_per_request = memory_of("kvroute");
+        println!(
+            "run {run}: churn {:.0} vs {:.0} pairs/s; p50/p99 {:.2}/{:.2} vs {:.2}/{:.2} us; \
+             under churn {:.2}/{:.2} vs {:.2}/{:.2} us; {:.0} vs {:.0} B/request (dynamo vs kvroute)",
+            dynamo.churn_pairs_per_s,
+            ours.churn_pairs_per_s,
+            dynamo.p50,
+            dynamo.p99,
+            ours.p50,
+            ours.p99,
+            dynamo.p50_churn,
+            dynamo.p99_churn,
+            ours.p50_churn,
+            ours.p99_churn,
+            dynamo.bytes_per_request,
+            ours.bytes_per_request,
+        );
+        all.push((dynamo, ours));
+    }
+
+    type Field = fn(&Measured) -> f64;
+    let rows: [(&str, Field, &str); 8] = [
+        ("add+free churn (pairs/s)", |m| m.churn_pairs_per_s, ">= 2.00"),
+        ("query p50 quiescent (us)", |m| m.p50, "<= 0.50"),
+        ("query p99 quiescent (us)", |m| m.p99, "<= 0.50"),
+        ("query p50 under churn (us)", |m| m.p50_churn, "<= 0.50"),
+        ("query p99 under churn (us)", |m| m.p99_churn, "<= 0.50"),
+        ("churn while queried (pairs/s)", |m| m.churn_during_queries, "-"),
+        ("bytes per active request", |m| m.bytes_per_request, "<= 1.00"),
+        ("", |_| 0.0, ""),
+    ];
+    println!();
+    println!("medians over {runs} runs");
+    println!("{:<32} {:>12} {:>12} {:>9} {:>8}", "metric", "dynamo", "kvroute", "ratio", "target");
+    for (name, field, target) in rows.iter().filter(|row| !row.0.is_empty()) {
+        let theirs = median(all.iter().map(|(d, _)| field(d)).collect());
+        let mine = median(all.iter().map(|(_, o)| field(o)).collect());
+        // The ratio is taken within each run (same machine state), then the median of those.
+        let ratio = median(all.iter().map(|(d, o)| field(o) / field(d)).collect());
+        println!("{name:<32} {theirs:>12.2} {mine:>12.2} {ratio:>9.2} {target:>8}");
+    }
+    println!("ratio = median over runs of (kvroute / dynamo within the run)");
+}

@@ -1,0 +1,140 @@
+//! [`SequencesBuilder`]: how a [`MultiWorkerSequences`] is configured.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::DEFAULT_EXPIRY;
+use super::clock::{Clock, SystemClock};
+use super::error::ConfigError;
+use super::multi::{Inner, InnerConfig, MultiWorkerSequences, Replica};
+use super::replica::SequencePublisher;
+use crate::sync::Arc;
+
+/// Worker shards by default: enough that writers on different workers rarely share a lock,
+/// few enough that an all-worker query (one trie walk per shard) stays short.
+pub const DEFAULT_WORKER_SHARDS: usize = 8;
+
+/// Request-index shards by default.
+pub const DEFAULT_REQUEST_SHARDS: usize = 64;
+
+/// Peer-event lanes by default (threads applying other replicas' events).
+pub const DEFAULT_PEER_LANES: usize = 2;
+
+/// Configures a [`MultiWorkerSequences`]; start from [`MultiWorkerSequences::builder`].
+///
+/// ```
+/// use std::time::Duration;
+/// use kvroute::sequences::{ManualClock, MultiWorkerSequences};
+///
+/// let fleet = MultiWorkerSequences::builder(32)
+///     .expiry(Some(Duration::from_secs(120)))
+///     .worker_shards(16)
+///     .clock(ManualClock::new())
+///     .build()?;
+/// assert_eq!(fleet.block_size(), 32);
+/// assert!(MultiWorkerSequences::builder(0).build().is_err());
+/// # Ok::<(), kvroute::sequences::ConfigError>(())
+/// ```
+pub struct SequencesBuilder {
+    block_size: u32,
+    expiry: Option<Duration>,
+    worker_shards: usize,
+    request_shards: usize,
+    clock: Box<dyn Clock>,
+    replica: Option<Replica>,
+    peer_lanes: usize,
+    peer_queue: usize,
+}
+
+impl MultiWorkerSequences {
+    /// A builder for workers whose KV blocks hold `block_size` tokens. Defaults: requests
+    /// expire after [`DEFAULT_EXPIRY`] on the system clock, [`DEFAULT_WORKER_SHARDS`] worker
+    /// shards, [`DEFAULT_REQUEST_SHARDS`] request-index shards, no replica sync.
+    pub fn builder(block_size: u32) -> SequencesBuilder {
+        SequencesBuilder {
+            block_size,
+            expiry: Some(DEFAULT_EXPIRY),
+            worker_shards: DEFAULT_WORKER_SHARDS,
+            request_shards: DEFAULT_REQUEST_SHARDS,
+            clock: Box::new(SystemClock),
+            replica: None,
+            peer_lanes: DEFAULT_PEER_LANES,
+            peer_queue: 1024,
+        }
+    }
+}
+
+impl SequencesBuilder {
+    /// Requests still in flight this long after they were added are dropped (lazily: when a
+    /// request is added to the same worker, or on [`MultiWorkerSequences::expire_stale`]);
+    /// `None` keeps them until freed.
+    pub fn expiry(mut self, expiry: Option<Duration>) -> Self {
+        self.expiry = expiry;
+        self
+    }
+
+    /// How many shards the workers are spread over (rounded up to a power of two, at least 1).
+    /// More shards let more writers work at once; each all-worker query walks every shard.
+    pub fn worker_shards(mut self, shards: usize) -> Self {
+        self.worker_shards = shards;
+        self
+    }
+
+    /// How many shards the request-id index has (rounded up to a power of two, at least 1).
+    pub fn request_shards(mut self, shards: usize) -> Self {
+        self.request_shards = shards;
+        self
+    }
+
+    /// Reads the time from `clock` (for tests: a [`super::ManualClock`]).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Box::new(clock);
+        self
+    }
+
+    /// Turns replica sync on: this replica is `router_id`, and every change made through the
+    /// tracker's methods is published to `publisher`. Peer events are applied with
+    /// [`MultiWorkerSequences::apply_peer_event`].
+    pub fn replica(mut self, router_id: u64, publisher: impl SequencePublisher) -> Self {
+        self.replica = Some(Replica { router_id, publisher: Box::new(publisher) });
+        self
+    }
+
+    /// How many threads apply peer events (each worker's events go to one of them, in order),
+    /// and how many events each may have queued before senders wait. Defaults:
+    /// [`DEFAULT_PEER_LANES`] lanes of 1024 events.
+    pub fn peer_lanes(mut self, lanes: usize, queue_capacity: usize) -> Self {
+        self.peer_lanes = lanes.max(1);
+        self.peer_queue = queue_capacity.max(1);
+        self
+    }
+
+    /// The tracker, with no workers yet (see [`MultiWorkerSequences::update_workers`]).
+    pub fn build(self) -> Result<MultiWorkerSequences, ConfigError> {
+        if self.block_size == 0 {
+            return Err(ConfigError::ZeroBlockSize);
+        }
+        let inner = Inner::new(InnerConfig {
+            block_size: self.block_size,
+            expiry: self.expiry,
+            worker_shards: self.worker_shards,
+            request_shards: self.request_shards,
+            clock: self.clock,
+            replica: self.replica,
+        });
+        Ok(MultiWorkerSequences::from_parts(Arc::new(inner), self.peer_lanes, self.peer_queue))
+    }
+}
+
+impl fmt::Debug for SequencesBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SequencesBuilder")
+            .field("block_size", &self.block_size)
+            .field("expiry", &self.expiry)
+            .field("worker_shards", &self.worker_shards)
+            .field("request_shards", &self.request_shards)
+            .field("router_id", &self.replica.as_ref().map(|r| r.router_id))
+            .field("peer_lanes", &self.peer_lanes)
+            .finish_non_exhaustive()
+    }
+}

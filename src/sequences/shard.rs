@@ -1,0 +1,311 @@
+//! [`Shard`]: the requests in flight on a group of workers and the blocks they pin.
+//!
+//! A shard is single-threaded state; [`super::ActiveSequences`] owns one shard with one worker,
+//! and [`super::MultiWorkerSequences`] keeps a power-of-two number of them behind locks.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use super::RequestId;
+use super::load::{PotentialLoad, WorkerLoad};
+use super::owners::Slot;
+use super::requests::{Record, RecordId, RequestTable};
+use super::trie::BlockTrie;
+use crate::event::{SequenceHash, Worker};
+
+/// One worker's requests and load.
+#[derive(Debug)]
+pub(crate) struct WorkerState {
+    worker: Worker,
+    requests: RequestTable,
+    active_blocks: usize,
+    active_tokens: usize,
+}
+
+impl WorkerState {
+    fn load(&self) -> WorkerLoad {
+        WorkerLoad {
+            worker: self.worker,
+            active_blocks: self.active_blocks,
+            active_tokens: self.active_tokens,
+            active_requests: self.requests.len(),
+        }
+    }
+}
+
+/// The state of a group of workers: one [`BlockTrie`] of their pinned blocks, and per worker
+/// (in a stable slot) its requests and load counters.
+#[derive(Debug, Default)]
+pub(crate) struct Shard {
+    trie: BlockTrie,
+    slots: Vec<Option<WorkerState>>,
+    slot_of: HashMap<Worker, Slot, ahash::RandomState>,
+    vacant: Vec<Slot>,
+}
+
+impl Shard {
+    /// The slot of `worker`, if tracked here.
+    pub(crate) fn slot_of(&self, worker: Worker) -> Option<Slot> {
+        self.slot_of.get(&worker).copied()
+    }
+
+    fn state(&self, slot: Slot) -> Option<&WorkerState> {
+        self.slots.get(slot as usize)?.as_ref()
+    }
+
+    fn state_mut(&mut self, slot: Slot) -> Option<&mut WorkerState> {
+        self.slots.get_mut(slot as usize)?.as_mut()
+    }
+
+    /// The worker in `slot`.
+    pub(crate) fn worker(&self, slot: Slot) -> Option<Worker> {
+        self.state(slot).map(|state| state.worker)
+    }
+
+    /// Starts tracking `worker` (no-op if tracked); returns its slot and whether it is new.
+    pub(crate) fn add_worker(&mut self, worker: Worker) -> (Slot, bool) {
+        if let Some(slot) = self.slot_of(worker) {
+            return (slot, false);
+        }
+        let state = WorkerState {
+            worker,
+            requests: RequestTable::default(),
+            active_blocks: 0,
+            active_tokens: 0,
+        };
+        let slot = match self.vacant.pop() {
+            Some(slot) => {
+                self.slots[slot as usize] = Some(state);
+                slot
+            }
+            None => {
+                let slot = Slot::try_from(self.slots.len()).expect("more than u32::MAX workers");
+                self.slots.push(Some(state));
+                slot
+            }
+        };
+        self.slot_of.insert(worker, slot);
+        (slot, true)
+    }
+
+    /// Stops tracking `worker`, dropping its requests; returns them oldest first, or `None` if
+    /// the worker was not tracked.
+    pub(crate) fn remove_worker(&mut self, worker: Worker) -> Option<Vec<RequestId>> {
+        let slot = self.slot_of.remove(&worker)?;
+        let state = self.slots.get_mut(slot as usize)?.take()?;
+        self.vacant.push(slot);
+        let mut dropped = Vec::with_capacity(state.requests.len());
+        for (_, record) in state.requests.iter() {
+            self.trie.remove(slot, record.tail);
+            dropped.push(record.id.clone());
+        }
+        Some(dropped)
+    }
+
+    /// Every tracked worker.
+    pub(crate) fn workers(&self) -> impl Iterator<Item = Worker> + '_ {
+        self.slots.iter().flatten().map(|state| state.worker)
+    }
+
+    /// How many workers are tracked.
+    #[cfg(test)]
+    pub(crate) fn worker_count(&self) -> usize {
+        self.slot_of.len()
+    }
+
+    /// Adds a request to the worker in `slot`: pins `blocks` and counts `prefill_tokens`.
+    /// Returns `None` (changing nothing) if no worker is in `slot`.
+    pub(crate) fn add_request(
+        &mut self,
+        slot: Slot,
+        id: RequestId,
+        blocks: &[SequenceHash],
+        prefill_tokens: usize,
+        now: Instant,
+    ) -> Option<RecordId> {
+        self.state(slot)?;
+        let (tail, newly_pinned) = self.trie.insert(slot, blocks);
+        let state = self.state_mut(slot)?;
+        state.active_blocks += newly_pinned;
+        state.active_tokens += prefill_tokens;
+        let record = Record { id, tail, started_at: now, prefill_tokens, output_blocks: 0 };
+        Some(state.requests.insert(record))
+    }
+
+    /// The request in `record` of the worker in `slot`.
+    pub(crate) fn record(&self, slot: Slot, record: RecordId) -> Option<&Record> {
+        self.state(slot)?.requests.get(record)
+    }
+
+    /// Removes the request in `record` of the worker in `slot`, unpinning its blocks and
+    /// uncounting its remaining prefill tokens.
+    pub(crate) fn free(&mut self, slot: Slot, record: RecordId) -> Option<Record> {
+        let removed = self.state_mut(slot)?.requests.remove(record)?;
+        let unpinned = self.trie.remove(slot, removed.tail);
+        let state = self.state_mut(slot)?;
+        state.active_blocks -= unpinned + removed.output_blocks;
+        state.active_tokens -= removed.prefill_tokens;
+        Some(removed)
+    }
+
+    /// Stops counting the request's prefill tokens. False if there is no such request.
+    pub(crate) fn mark_prefill_completed(&mut self, slot: Slot, record: RecordId) -> bool {
+        let Some(state) = self.state_mut(slot) else { return false };
+        let Some(request) = state.requests.get_mut(record) else { return false };
+        state.active_tokens -= std::mem::take(&mut request.prefill_tokens);
+        true
+    }
+
+    /// Pins one more (decoded) block for the request. False if there is no such request.
+    pub(crate) fn add_output_block(&mut self, slot: Slot, record: RecordId) -> bool {
+        let Some(state) = self.state_mut(slot) else { return false };
+        let Some(request) = state.requests.get_mut(record) else { return false };
+        request.output_blocks += 1;
+        state.active_blocks += 1;
+        true
+    }
+
+    /// Frees every request of the worker in `slot` that has been in flight for `expiry` or
+    /// longer at `now`, oldest first, appending their ids to `expired`.
+    pub(crate) fn expire(
+        &mut self,
+        slot: Slot,
+        now: Instant,
+        expiry: Duration,
+        expired: &mut Vec<RequestId>,
+    ) {
+        while let Some((record, request)) = self.state(slot).and_then(|s| s.requests.oldest()) {
+            if now.saturating_duration_since(request.started_at) < expiry {
+                break;
+            }
+            if let Some(request) = self.free(slot, record) {
+                expired.push(request.id);
+            }
+        }
+    }
+
+    /// The load of every worker, appended to `out`.
+    pub(crate) fn loads_into(&self, out: &mut Vec<WorkerLoad>) {
+        out.extend(self.slots.iter().flatten().map(WorkerState::load));
+    }
+
+    /// The load of the worker in `slot`.
+    pub(crate) fn load(&self, slot: Slot) -> Option<WorkerLoad> {
+        self.state(slot).map(WorkerState::load)
+    }
+
+    /// How many leading blocks of `candidate` the worker in `slot` pins.
+    pub(crate) fn pinned_depth(&self, slot: Slot, candidate: &[SequenceHash]) -> usize {
+        self.trie.depth_of(slot, candidate)
+    }
+
+    /// Appends every worker's potential load for `candidate` to `out`, with
+    /// `new_tokens(worker)` the prefill tokens the candidate would add on that worker.
+    pub(crate) fn potential_loads_into(
+        &self,
+        candidate: &[SequenceHash],
+        new_tokens: impl Fn(Worker) -> usize,
+        out: &mut Vec<PotentialLoad>,
+    ) {
+        const ON_STACK: usize = 64;
+        let mut stack = [0usize; ON_STACK];
+        let mut heap = Vec::new();
+        let depths: &mut [usize] = if self.slots.len() <= ON_STACK {
+            &mut stack[..self.slots.len()]
+        } else {
+            heap.resize(self.slots.len(), 0);
+            &mut heap
+        };
+        self.trie.visit_depths(candidate, |slot, depth| depths[slot as usize] = depth);
+        out.reserve(self.slot_of.len());
+        for (state, &depth) in self.slots.iter().zip(depths.iter()) {
+            let Some(state) = state else { continue };
+            out.push(PotentialLoad {
+                worker: state.worker,
+                potential_blocks: state.active_blocks + (candidate.len() - depth),
+                potential_tokens: state.active_tokens + new_tokens(state.worker),
+                active_requests: state.requests.len(),
+            });
+        }
+    }
+
+    /// Checks every counter against a recount from the requests and the trie (for tests).
+    #[cfg(test)]
+    pub(crate) fn assert_consistent(&self) {
+        self.trie.assert_consistent();
+        for (slot, state) in self.slots.iter().enumerate() {
+            let Some(state) = state else { continue };
+            let slot = slot as Slot;
+            let outputs: usize = state.requests.iter().map(|(_, r)| r.output_blocks).sum();
+            let tokens: usize = state.requests.iter().map(|(_, r)| r.prefill_tokens).sum();
+            assert_eq!(state.active_blocks, self.trie.pinned_blocks(slot).len() + outputs);
+            assert_eq!(state.active_tokens, tokens);
+            assert_eq!(self.slot_of.get(&state.worker), Some(&slot));
+        }
+        assert_eq!(self.slot_of.len(), self.slots.iter().flatten().count());
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn hashes(values: &[u64]) -> Vec<SequenceHash> {
+        values.iter().copied().map(SequenceHash).collect()
+    }
+
+    #[test]
+    fn workers_share_the_trie_but_keep_their_own_counts() {
+        let mut shard = Shard::default();
+        let now = Instant::now();
+        let (a, _) = shard.add_worker(Worker::new(1, 0));
+        let (b, _) = shard.add_worker(Worker::new(2, 0));
+        assert_eq!(shard.add_worker(Worker::new(1, 0)), (a, false));
+        let ra = shard.add_request(a, "ra".into(), &hashes(&[1, 2, 3]), 40, now);
+        let rb = shard.add_request(b, "rb".into(), &hashes(&[1, 2]), 10, now);
+        let (ra, rb) = (ra.expect("worker a"), rb.expect("worker b"));
+        shard.assert_consistent();
+        assert_eq!(shard.load(a).map(|l| (l.active_blocks, l.active_tokens)), Some((3, 40)));
+        assert_eq!(shard.load(b).map(|l| (l.active_blocks, l.active_tokens)), Some((2, 10)));
+
+        let mut out = Vec::new();
+        shard.potential_loads_into(&hashes(&[1, 2, 3, 4]), |_| 7, &mut out);
+        let by_worker: Vec<_> =
+            out.iter().map(|p| (p.worker.id.0, p.potential_blocks, p.potential_tokens)).collect();
+        assert_eq!(by_worker, [(1, 3 + 1, 47), (2, 2 + 2, 17)]);
+
+        assert!(shard.add_output_block(a, ra));
+        assert!(shard.mark_prefill_completed(a, ra));
+        assert_eq!(shard.load(a).map(|l| (l.active_blocks, l.active_tokens)), Some((4, 0)));
+        shard.assert_consistent();
+        assert_eq!(shard.free(a, ra).map(|r| r.id.to_string()), Some("ra".into()));
+        assert!(shard.free(a, ra).is_none());
+        assert!(!shard.mark_prefill_completed(a, ra));
+        assert!(!shard.add_output_block(a, ra));
+        assert_eq!(shard.load(a).map(|l| l.active_blocks), Some(0));
+
+        assert_eq!(shard.remove_worker(Worker::new(2, 0)), Some(vec![RequestId::from("rb")]));
+        assert_eq!(shard.remove_worker(Worker::new(2, 0)), None);
+        assert!(shard.record(b, rb).is_none());
+        assert!(shard.add_request(b, "late".into(), &[], 0, now).is_none());
+        shard.assert_consistent();
+        assert_eq!(shard.worker_count(), 1);
+    }
+
+    #[test]
+    fn expiry_frees_the_oldest_requests_first() {
+        let mut shard = Shard::default();
+        let (slot, _) = shard.add_worker(Worker::new(1, 0));
+        let t0 = Instant::now();
+        let step = Duration::from_secs(10);
+        for (i, name) in ["a", "b", "c"].into_iter().enumerate() {
+            let at = t0 + step * i as u32;
+            shard.add_request(slot, name.into(), &hashes(&[9, i as u64]), 1, at);
+        }
+        let mut expired = Vec::new();
+        shard.expire(slot, t0 + step * 3, Duration::from_secs(20), &mut expired);
+        assert_eq!(expired, [RequestId::from("a"), RequestId::from("b")]);
+        assert_eq!(shard.load(slot).map(|l| (l.active_requests, l.active_tokens)), Some((1, 1)));
+        shard.assert_consistent();
+    }
+}

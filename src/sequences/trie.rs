@@ -1,0 +1,420 @@
+//! [`BlockTrie`]: the blocks pinned by the requests in flight on a group of workers, as one
+//! compressed prefix tree with per-worker request counts on each node.
+//!
+//! A [`SequenceHash`] commits to its whole prefix, so the block sequences of requests are paths
+//! from a common root, and a shared prefix (a system prompt, an earlier turn) is one path stored
+//! once. Each node holds an edge of consecutive blocks and, per worker, how many of its requests
+//! cover the whole edge (requests end at node boundaries: a node is split where one ends).
+//!
+//! - A worker pins a block iff its count on the block's node is above zero; its pinned blocks
+//!   are the sum of the edge lengths of those nodes, kept up to date by the caller from what
+//!   [`BlockTrie::insert`] and [`BlockTrie::remove`] return.
+//! - The candidate blocks a worker already pins are a prefix of the candidate (a pinned block's
+//!   whole prefix is pinned), so one walk down the candidate's path gives every worker's depth.
+//! - Hashes are stored once per group of workers, not once per worker or per request.
+//!
+//! Nodes with no request are removed at once, and a node whose only child has the same owners is
+//! merged into it, so the trie stays compressed however requests come and go.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use super::owners::{Owners, Slot};
+use crate::event::SequenceHash;
+
+/// A node's position in the arena.
+pub(crate) type NodeId = u32;
+
+/// The root: an empty edge above every path. Requests without blocks end here.
+pub(crate) const ROOT: NodeId = 0;
+
+/// Hashes a [`SequenceHash`] key as itself: sequence hashes are already uniform 64-bit values.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct IdentityHasher(u64);
+
+impl Hasher for IdentityHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only reached for keys other than `u64`; fold them in so the hasher stays correct.
+        for &byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value;
+    }
+}
+
+/// A map keyed by sequence hashes, without a second hash.
+pub(crate) type HashKeyed<V> = HashMap<SequenceHash, V, BuildHasherDefault<IdentityHasher>>;
+
+#[derive(Debug, Default)]
+struct Node {
+    /// Consecutive blocks; empty only for the root (and for free arena slots).
+    edge: Box<[SequenceHash]>,
+    /// How many blocks precede the edge on its path.
+    start: usize,
+    parent: NodeId,
+    /// Children by the first block of their edge.
+    children: HashKeyed<NodeId>,
+    owners: Owners,
+}
+
+/// The compressed prefix tree of the blocks pinned by one group of workers. See the module docs.
+#[derive(Debug)]
+pub(crate) struct BlockTrie {
+    nodes: Vec<Node>,
+    free: Vec<NodeId>,
+}
+
+impl Default for BlockTrie {
+    fn default() -> Self {
+        Self { nodes: vec![Node::default()], free: Vec::new() }
+    }
+}
+
+/// How many leading elements two slices share.
+fn common_prefix(a: &[SequenceHash], b: &[SequenceHash]) -> usize {
+    const CHUNK: usize = 4;
+    let len = a.len().min(b.len());
+    let (a, b) = (&a[..len], &b[..len]);
+    let mut at = 0;
+    // Branch-free over each chunk (vectorised, no call into `memcmp`).
+    for (x, y) in a.chunks_exact(CHUNK).zip(b.chunks_exact(CHUNK)) {
+        let differ = x.iter().zip(y).fold(0, |acc, (p, q)| acc | (p.0 ^ q.0));
+        if differ != 0 {
+            break;
+        }
+        at += CHUNK;
+    }
+    while at < len && a[at] == b[at] {
+        at += 1;
+    }
+    at
+}
+
+impl BlockTrie {
+    fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id as usize]
+    }
+
+    fn node_mut(&mut self, id: NodeId) -> &mut Node {
+        &mut self.nodes[id as usize]
+    }
+
+    fn allocate(&mut self, node: Node) -> NodeId {
+        if let Some(id) = self.free.pop() {
+            self.nodes[id as usize] = node;
+            id
+        } else {
+            let id = NodeId::try_from(self.nodes.len()).expect("more than u32::MAX trie nodes");
+            self.nodes.push(node);
+            id
+        }
+    }
+
+    fn release(&mut self, id: NodeId) {
+        self.nodes[id as usize] = Node::default();
+        self.free.push(id);
+    }
+
+    /// Records one request of `slot` covering `blocks`. Returns the node it ends at (the root
+    /// when `blocks` is empty) and how many of its blocks `slot` did not pin before.
+    pub(crate) fn insert(&mut self, slot: Slot, blocks: &[SequenceHash]) -> (NodeId, usize) {
+        let mut node = ROOT;
+        let mut pos = 0;
+        let mut newly_pinned = 0;
+        while pos < blocks.len() {
+            let Some(&child) = self.node(node).children.get(&blocks[pos]) else {
+                let edge: Box<[SequenceHash]> = blocks[pos..].into();
+                newly_pinned += edge.len();
+                let leaf = self.allocate(Node {
+                    edge,
+                    start: pos,
+                    parent: node,
+                    children: HashKeyed::default(),
+                    owners: Owners::single(slot),
+                });
+                self.node_mut(node).children.insert(blocks[pos], leaf);
+                return (leaf, newly_pinned);
+            };
+            let matched = common_prefix(&self.node(child).edge, &blocks[pos..]);
+            let child = if matched < self.node(child).edge.len() {
+                self.split(child, matched)
+            } else {
+                child
+            };
+            if self.node_mut(child).owners.increment(slot) {
+                newly_pinned += matched;
+            }
+            pos += matched;
+            node = child;
+        }
+        (node, newly_pinned)
+    }
+
+    /// Cuts `id`'s edge after `at` blocks (`0 < at < len`): a new node takes the first `at`
+    /// blocks and the same owners, and becomes `id`'s parent. `id` keeps its identity (requests
+    /// ending at it still do). Returns the new node.
+    fn split(&mut self, id: NodeId, at: usize) -> NodeId {
+        debug_assert!(at > 0 && at < self.node(id).edge.len());
+        let node = self.node(id);
+        let prefix = Node {
+            edge: node.edge[..at].into(),
+            start: node.start,
+            parent: node.parent,
+            children: HashKeyed::default(),
+            owners: node.owners.clone(),
+        };
+        let (parent, first, suffix_first) = (node.parent, node.edge[0], node.edge[at]);
+        let prefix_id = self.allocate(prefix);
+        let node = self.node_mut(id);
+        node.edge = node.edge[at..].into();
+        node.start += at;
+        node.parent = prefix_id;
+        self.node_mut(prefix_id).children.insert(suffix_first, id);
+        self.node_mut(parent).children.insert(first, prefix_id);
+        prefix_id
+    }
+
+    /// Forgets one request of `slot` that ended at `tail`. Returns how many blocks `slot` no
+    /// longer pins. A `tail` that `slot` does not cover is left alone.
+    pub(crate) fn remove(&mut self, slot: Slot, tail: NodeId) -> usize {
+        let covered = self.nodes.get(tail as usize).is_some_and(|n| n.owners.contains(slot));
+        if tail == ROOT || !covered {
+            return 0;
+        }
+        let mut node = tail;
+        let mut unpinned = 0;
+        while node != ROOT {
+            let parent = self.node(node).parent;
+            if self.node_mut(node).owners.decrement(slot) {
+                unpinned += self.node(node).edge.len();
+            }
+            if self.node(node).owners.is_empty() {
+                debug_assert!(self.node(node).children.is_empty());
+                let first = self.node(node).edge[0];
+                self.node_mut(parent).children.remove(&first);
+                self.release(node);
+            } else {
+                self.merge_into_only_child(node);
+            }
+            node = parent;
+        }
+        unpinned
+    }
+
+    /// If `id` has exactly one child with the same owners (no request ends at `id`), moves
+    /// `id`'s edge into the child and drops `id`.
+    fn merge_into_only_child(&mut self, id: NodeId) {
+        let node = self.node(id);
+        if node.children.len() != 1 {
+            return;
+        }
+        let Some(&child) = node.children.values().next() else { return };
+        if self.node(child).owners != node.owners {
+            return;
+        }
+        let (parent, first, start) = (node.parent, node.edge[0], node.start);
+        let mut edge = Vec::with_capacity(node.edge.len() + self.node(child).edge.len());
+        edge.extend_from_slice(&node.edge);
+        edge.extend_from_slice(&self.node(child).edge);
+        let merged = self.node_mut(child);
+        merged.edge = edge.into_boxed_slice();
+        merged.start = start;
+        merged.parent = parent;
+        self.node_mut(parent).children.insert(first, child);
+        self.release(id);
+    }
+
+    /// Walks `candidate` down the trie and calls `visit(slot, depth)` for each worker covering a
+    /// node on the way, deeper nodes last: the last depth given for a slot is the number of
+    /// leading candidate blocks that worker pins.
+    pub(crate) fn visit_depths(
+        &self,
+        candidate: &[SequenceHash],
+        mut visit: impl FnMut(Slot, usize),
+    ) {
+        let mut node = ROOT;
+        let mut pos = 0;
+        while pos < candidate.len() {
+            let Some(&child) = self.node(node).children.get(&candidate[pos]) else { break };
+            let child_node = self.node(child);
+            let matched = common_prefix(&child_node.edge, &candidate[pos..]);
+            for (slot, _) in child_node.owners.iter() {
+                visit(slot, pos + matched);
+            }
+            if matched < child_node.edge.len() {
+                break;
+            }
+            pos += matched;
+            node = child;
+        }
+    }
+
+    /// How many leading blocks of `candidate` `slot` pins.
+    pub(crate) fn depth_of(&self, slot: Slot, candidate: &[SequenceHash]) -> usize {
+        let mut depth = 0;
+        self.visit_depths(candidate, |s, d| {
+            if s == slot {
+                depth = d;
+            }
+        });
+        depth
+    }
+
+    /// Live nodes, root excluded.
+    #[cfg(test)]
+    pub(crate) fn node_count(&self) -> usize {
+        self.nodes.len() - self.free.len() - 1
+    }
+
+    /// Every block `slot` pins, in path order (for tests and consistency checks).
+    #[cfg(test)]
+    pub(crate) fn pinned_blocks(&self, slot: Slot) -> Vec<SequenceHash> {
+        let mut out = Vec::new();
+        let mut stack = vec![ROOT];
+        while let Some(id) = stack.pop() {
+            let node = self.node(id);
+            if id != ROOT && node.owners.count(slot) > 0 {
+                out.extend_from_slice(&node.edge);
+            }
+            stack.extend(node.children.values().copied());
+        }
+        out
+    }
+
+    /// Checks the structural invariants (for tests): parents and children agree, starts add up,
+    /// every node has an owner, a child's owners are covered by its parent's, and no node could
+    /// be merged into its only child.
+    #[cfg(test)]
+    pub(crate) fn assert_consistent(&self) {
+        let mut seen = 0;
+        let mut stack = vec![ROOT];
+        while let Some(id) = stack.pop() {
+            let node = self.node(id);
+            for (&first, &child) in &node.children {
+                let child_node = self.node(child);
+                assert_eq!(child_node.parent, id);
+                assert_eq!(child_node.edge.first(), Some(&first));
+                assert_eq!(child_node.start, node.start + node.edge.len());
+                assert!(!child_node.owners.is_empty());
+                for (slot, count) in child_node.owners.iter() {
+                    assert!(count > 0);
+                    if id != ROOT {
+                        assert!(node.owners.count(slot) >= count, "child owners exceed parent's");
+                    }
+                }
+                stack.push(child);
+                seen += 1;
+            }
+            if id != ROOT && node.children.len() == 1 {
+                let only = node.children.values().next().copied().unwrap_or(ROOT);
+                assert_ne!(self.node(only).owners, node.owners, "mergeable node left behind");
+            }
+        }
+        assert_eq!(seen, self.node_count());
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn hashes(values: &[u64]) -> Vec<SequenceHash> {
+        values.iter().copied().map(SequenceHash).collect()
+    }
+
+    #[test]
+    fn shared_prefixes_are_pinned_once_per_worker() {
+        let mut trie = BlockTrie::default();
+        let (a, new_a) = trie.insert(0, &hashes(&[1, 2, 3, 4]));
+        assert_eq!(new_a, 4);
+        let (b, new_b) = trie.insert(0, &hashes(&[1, 2, 5]));
+        assert_eq!(new_b, 1, "only the diverging block is new for the worker");
+        let (c, new_c) = trie.insert(1, &hashes(&[1, 2, 5]));
+        assert_eq!(new_c, 3, "another worker pins its own copy");
+        trie.assert_consistent();
+        assert_eq!(trie.node_count(), 3, "[1,2] then [3,4] and [5]");
+
+        assert_eq!(trie.depth_of(0, &hashes(&[1, 2, 3, 9])), 3);
+        assert_eq!(trie.depth_of(1, &hashes(&[1, 2, 3, 9])), 2);
+        assert_eq!(trie.depth_of(1, &hashes(&[7])), 0);
+
+        assert_eq!(trie.remove(0, a), 2, "[3,4] is no longer pinned by worker 0");
+        trie.assert_consistent();
+        assert_eq!(trie.node_count(), 1, "[1,2] merged back with [5]");
+        assert_eq!(trie.remove(1, c), 3);
+        assert_eq!(trie.remove(0, b), 3);
+        trie.assert_consistent();
+        assert_eq!(trie.node_count(), 0);
+    }
+
+    #[test]
+    fn a_request_ending_inside_an_edge_splits_it_and_the_long_one_keeps_its_node() {
+        let mut trie = BlockTrie::default();
+        let (long, _) = trie.insert(0, &hashes(&[1, 2, 3, 4, 5]));
+        let (short, new_short) = trie.insert(0, &hashes(&[1, 2]));
+        assert_eq!(new_short, 0);
+        assert_ne!(long, short);
+        trie.assert_consistent();
+        assert_eq!(trie.remove(0, long), 3);
+        assert_eq!(trie.pinned_blocks(0), hashes(&[1, 2]));
+        assert_eq!(trie.remove(0, short), 2);
+        assert_eq!(trie.node_count(), 0);
+    }
+
+    #[test]
+    fn a_node_where_a_request_ends_is_not_merged_into_its_only_child() {
+        let mut trie = BlockTrie::default();
+        let (a, _) = trie.insert(0, &hashes(&[1, 2, 3]));
+        let (b, _) = trie.insert(0, &hashes(&[1, 2]));
+        let (d, _) = trie.insert(0, &hashes(&[1, 2, 4]));
+        assert_eq!(trie.remove(0, a), 1);
+        trie.assert_consistent();
+        assert_eq!(trie.remove(0, d), 1, "[1,2] is still pinned by the request ending there");
+        assert_eq!(trie.pinned_blocks(0), hashes(&[1, 2]));
+        assert_eq!(trie.remove(0, b), 2);
+        assert_eq!(trie.node_count(), 0);
+    }
+
+    #[test]
+    fn identical_requests_share_one_tail_and_empty_ones_end_at_the_root() {
+        let mut trie = BlockTrie::default();
+        let (a, _) = trie.insert(3, &hashes(&[8, 9]));
+        let (b, new_b) = trie.insert(3, &hashes(&[8, 9]));
+        assert_eq!((a, new_b), (b, 0));
+        assert_eq!(trie.insert(3, &[]), (ROOT, 0));
+        assert_eq!(trie.remove(3, ROOT), 0);
+        assert_eq!(trie.remove(3, a), 0);
+        assert_eq!(trie.remove(3, b), 2);
+        assert_eq!(trie.remove(3, b), 0, "a stale tail changes nothing");
+    }
+
+    #[test]
+    fn visit_reports_the_deepest_match_last_for_every_worker() {
+        let mut trie = BlockTrie::default();
+        trie.insert(0, &hashes(&[1, 2, 3]));
+        trie.insert(1, &hashes(&[1, 2, 3, 4, 5, 6]));
+        trie.insert(2, &hashes(&[1, 7]));
+        let mut depth = [0; 3];
+        trie.visit_depths(&hashes(&[1, 2, 3, 4, 5, 8]), |slot, d| depth[slot as usize] = d);
+        assert_eq!(depth, [3, 5, 1]);
+    }
+
+    #[test]
+    fn common_prefix_handles_every_length() {
+        let a = hashes(&(0..20).collect::<Vec<_>>());
+        for cut in 0..20 {
+            let mut b = a.clone();
+            b[cut] = SequenceHash(999);
+            assert_eq!(common_prefix(&a, &b), cut);
+            assert_eq!(common_prefix(&a[..cut], &a), cut);
+        }
+        assert_eq!(common_prefix(&a, &a), 20);
+    }
+}
