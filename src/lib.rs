@@ -56,3 +56,8 @@ pub use sequences::{
     ActiveSequences, MultiWorkerSequences, PotentialLoad, RequestId, SequenceEvent,
     SequencePublisher, WorkerLoad,
 };
+
+/// The README's examples run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
