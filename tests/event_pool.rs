@@ -81,3 +81,20 @@ fn a_full_queue_hands_the_event_back() {
     pool.flush().unwrap();
     assert_eq!(pool.stats().errors, [0; ApplyErrorKind::ALL.len()]);
 }
+
+#[test]
+fn memory_follows_live_blocks_after_mass_removal() {
+    let pool = EventPool::new(PoolConfig::default());
+    let worker = Worker::new(9, 0);
+    let stored = store_prefix(worker, 20_000);
+    pool.apply_blocking(stored).unwrap();
+    pool.flush().unwrap();
+    let full = pool.stats().bytes;
+    let tail: Vec<kvroute::SequenceHash> =
+        (10..20_000u64).rev().map(|i| kvroute::SequenceHash(9 * 1000 + i)).collect();
+    pool.apply_blocking(RouterEvent::removed(worker, 1, tail)).unwrap();
+    pool.flush().unwrap();
+    let stats = pool.stats();
+    assert_eq!(stats.live_entries, 10);
+    assert!(stats.bytes * 20 < full, "{} bytes left of {full}", stats.bytes);
+}

@@ -130,6 +130,19 @@ impl WorkerBlocks {
         Some(node)
     }
 
+    /// Gives memory back once a map is mostly empty (hash maps never shrink on their own), so
+    /// memory follows the live blocks whatever the history. Amortized O(1) per removal.
+    pub(crate) fn shrink_if_sparse(&mut self) {
+        fn shrink<V>(map: &mut U64Map<V>) {
+            if map.capacity() > 64 && map.len() * 4 < map.capacity() {
+                map.shrink_to(map.len() * 2);
+            }
+        }
+        shrink(&mut self.blocks);
+        shrink(&mut self.children);
+        shrink(&mut self.ghosts);
+    }
+
     /// One child of `parent` is gone; a ghost left with no children goes too, recursively.
     fn release_child(&mut self, mut parent: u64) {
         loop {
@@ -154,9 +167,9 @@ impl WorkerBlocks {
 
     /// Drops every block and ghost; returns the nodes that were held.
     pub(crate) fn drain_nodes(&mut self) -> Vec<SequenceHash> {
-        self.children.clear();
-        self.ghosts.clear();
-        self.blocks.drain().map(|(_, placement)| placement.node()).collect()
+        self.children = U64Map::default();
+        self.ghosts = U64Map::default();
+        std::mem::take(&mut self.blocks).into_values().map(Placement::node).collect()
     }
 
     /// Approximate heap bytes (hash map buckets plus control bytes).
