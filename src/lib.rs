@@ -46,6 +46,7 @@ pub mod sequences;
 pub mod sim;
 
 mod sync;
+mod u64_map;
 
 pub use event::{
     ApplyError, ApplyErrorKind, DpRank, KvEvent, KvEventData, LocalBlockHash, RouterEvent,

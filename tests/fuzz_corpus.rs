@@ -1,6 +1,7 @@
 //! Replays the fuzz target's check on stable: every input checked in under
 //! `fuzz/corpus/index_ops/`, plus fixed-seed pseudo-random inputs.
 
+#[allow(dead_code)] // this test uses `check` only
 #[path = "../fuzz/fuzz_targets/index_ops_check.rs"]
 mod index_ops_check;
 

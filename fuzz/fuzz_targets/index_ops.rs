@@ -5,6 +5,7 @@
 //! checked-in corpus in `tests/fuzz_corpus.rs` on stable.
 #![no_main]
 
+#[allow(dead_code)] // the target uses `check` only
 mod index_ops_check;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {

@@ -11,9 +11,14 @@ const LOCALS: u8 = 5;
 const ENGINE_HASHES: u8 = 12;
 const MAX_OPS: usize = 200;
 
-enum Op {
+/// One step of a history.
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// An event for the index.
     Event(RouterEvent),
+    /// Remove one (worker, dp_rank).
     RemoveRank(Worker),
+    /// Remove every rank of a worker id.
     RemoveId(WorkerId),
 }
 
@@ -27,7 +32,8 @@ impl Bytes<'_> {
     }
 }
 
-fn decode(data: &[u8]) -> (usize, Vec<Op>) {
+/// The lane count and operations `data` encodes.
+pub fn decode(data: &[u8]) -> (usize, Vec<Op>) {
     let mut bytes = Bytes(data);
     let lanes = 1 + usize::from(bytes.next().unwrap_or(0) % 4);
     let mut ops = Vec::new();
@@ -67,14 +73,15 @@ fn decode(data: &[u8]) -> (usize, Vec<Op>) {
     (lanes, ops)
 }
 
-fn queries() -> Vec<Vec<LocalBlockHash>> {
+/// Every query over the content hashes `0..locals` of length 0..=`depth`.
+pub fn queries(locals: u64, depth: usize) -> Vec<Vec<LocalBlockHash>> {
     let mut all = vec![Vec::new()];
     let mut frontier = all.clone();
-    for _ in 0..3 {
+    for _ in 0..depth {
         let next: Vec<Vec<LocalBlockHash>> = frontier
             .iter()
             .flat_map(|q: &Vec<LocalBlockHash>| {
-                (0..u64::from(LOCALS)).map(move |l| {
+                (0..locals).map(move |l| {
                     let mut q = q.clone();
                     q.push(LocalBlockHash(l));
                     q
@@ -90,11 +97,18 @@ fn queries() -> Vec<Vec<LocalBlockHash>> {
 /// Runs `data` through both indexes; describes the first disagreement.
 pub fn check(data: &[u8]) -> Result<(), String> {
     let (lanes, ops) = decode(data);
+    check_ops(lanes, &ops, u64::from(LOCALS), 3)
+}
+
+/// Applies `ops` to an [`EventPool`] with `lanes` lanes and to the reference; after a flush,
+/// compares error counts, snapshots, every query over `0..locals` up to `depth` blocks (with and
+/// without early exit) and the state the pool's dump rebuilds. Describes the first disagreement.
+pub fn check_ops(lanes: usize, ops: &[Op], locals: u64, depth: usize) -> Result<(), String> {
     let pool = EventPool::new(PoolConfig { lanes, ..PoolConfig::default() });
     let mut reference = ReferenceIndex::new();
     let mut errors = [0u64; ApplyErrorKind::ALL.len()];
     for op in ops {
-        match op {
+        match op.clone() {
             Op::Event(event) => {
                 if let Err(error) = reference.apply(&event) {
                     errors[error.kind().index()] += 1;
@@ -124,14 +138,22 @@ pub fn check(data: &[u8]) -> Result<(), String> {
     if pool.snapshot().map_err(|e| e.to_string())? != reference.snapshot() {
         return Err("snapshots differ".into());
     }
-    for query in queries() {
-        let (got, expected) = (pool.find_matches(&query), reference.find_matches(&query));
-        if got != expected {
-            return Err(format!(
-                "{query:?}: {:?} vs reference {:?}",
-                got.sorted(),
-                expected.sorted()
-            ));
+    if pool.workers().map_err(|e| e.to_string())? != reference.workers() {
+        return Err("worker lists differ".into());
+    }
+    if pool.stats().live_entries != reference.entry_count() as u64 {
+        return Err("live entry counts differ".into());
+    }
+    let all = queries(locals, depth);
+    for query in &all {
+        for (got, expected) in [
+            (pool.find_matches(query), reference.find_matches(query)),
+            (pool.find_matches_early_exit(query), reference.find_matches_early_exit(query)),
+        ] {
+            if got != expected {
+                let (got, expected) = (got.sorted(), expected.sorted());
+                return Err(format!("{query:?}: {got:?} vs reference {expected:?}"));
+            }
         }
     }
     let mut rebuilt = ReferenceIndex::new();
@@ -140,6 +162,9 @@ pub fn check(data: &[u8]) -> Result<(), String> {
     }
     if rebuilt.snapshot() != reference.snapshot() {
         return Err("the dump does not rebuild the reference's state".into());
+    }
+    if all.iter().any(|query| rebuilt.find_matches(query) != reference.find_matches(query)) {
+        return Err("the rebuilt index answers differently".into());
     }
     Ok(())
 }

@@ -5,32 +5,11 @@
 //! lineage a dump needs when a block is removed while the worker still holds its descendants
 //! (engines do that): such a block becomes a *ghost* until its last descendant goes.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::event::{LocalBlockHash, SequenceHash, StoredBlock};
 use crate::hash::next_sequence_hash;
-
-/// Hashes a key that is already a uniform 64-bit hash with one multiply (keeps hashbrown's
-/// control bytes well spread even for small test values).
-#[derive(Default, Clone, Copy)]
-pub(crate) struct FoldHasher(u64);
-
-impl Hasher for FoldHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, _bytes: &[u8]) {
-        unreachable!("FoldHasher only hashes u64 keys")
-    }
-    fn write_u64(&mut self, key: u64) {
-        let folded = u128::from(key) * 0x9E37_79B9_7F4A_7C15;
-        self.0 = (folded as u64) ^ ((folded >> 64) as u64);
-    }
-}
-
-pub(crate) type U64Map<V> = HashMap<u64, V, BuildHasherDefault<FoldHasher>>;
+use crate::u64_map::U64Map;
 
 /// Stands for "no parent" (a root block); a real node hash equal to it is a 2^-64 event.
 const ROOT: u64 = 0x6b76_726f_7574_6521;

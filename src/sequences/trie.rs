@@ -17,10 +17,10 @@
 //! merged into it, so the trie stays compressed however requests come and go.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 use super::owners::{Owners, Slot};
 use crate::event::SequenceHash;
+use crate::u64_map::FoldBuildHasher;
 
 /// A node's position in the arena.
 pub(crate) type NodeId = u32;
@@ -28,29 +28,8 @@ pub(crate) type NodeId = u32;
 /// The root: an empty edge above every path. Requests without blocks end here.
 pub(crate) const ROOT: NodeId = 0;
 
-/// Hashes a [`SequenceHash`] key as itself: sequence hashes are already uniform 64-bit values.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct IdentityHasher(u64);
-
-impl Hasher for IdentityHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only reached for keys other than `u64`; fold them in so the hasher stays correct.
-        for &byte in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
-        }
-    }
-
-    fn write_u64(&mut self, value: u64) {
-        self.0 = value;
-    }
-}
-
 /// A map keyed by sequence hashes, without a second hash.
-pub(crate) type HashKeyed<V> = HashMap<SequenceHash, V, BuildHasherDefault<IdentityHasher>>;
+pub(crate) type HashKeyed<V> = HashMap<SequenceHash, V, FoldBuildHasher>;
 
 #[derive(Debug, Default)]
 struct Node {

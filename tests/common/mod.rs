@@ -2,18 +2,12 @@
 #![allow(dead_code)]
 
 use kvroute::{RouterEvent, SequenceHash, StoredBlock, Worker, WorkerId};
-use proptest::prelude::*;
 
-/// One step of a random history.
-#[derive(Clone, Debug)]
-pub enum Op {
-    /// An event.
-    Event(RouterEvent),
-    /// Remove one (worker, dp_rank).
-    RemoveRank(Worker),
-    /// Remove every rank of a worker id.
-    RemoveId(WorkerId),
-}
+#[path = "../../fuzz/fuzz_targets/index_ops_check.rs"]
+mod index_ops_check;
+#[allow(unused_imports)] // each test crate uses a part
+pub use index_ops_check::{Op, check_ops, queries as all_queries};
+use proptest::prelude::*;
 
 /// A small fleet, so events collide: ids 0..3, ranks 0..2.
 pub fn worker() -> impl Strategy<Value = Worker> {
@@ -44,23 +38,4 @@ pub fn op_among(ids: u64, locals: u64, engine_hashes: u64) -> impl Strategy<Valu
         1 => worker().prop_map(Op::RemoveRank),
         1 => (0..ids).prop_map(|id| Op::RemoveId(WorkerId(id))),
     ]
-}
-
-/// Every query over `locals` of length 1..=`depth`.
-pub fn all_queries(locals: u64, depth: usize) -> Vec<Vec<kvroute::LocalBlockHash>> {
-    let mut out: Vec<Vec<kvroute::LocalBlockHash>> = vec![vec![]];
-    let mut frontier = out.clone();
-    for _ in 0..depth {
-        let mut next = Vec::new();
-        for prefix in &frontier {
-            for l in 0..locals {
-                let mut q = prefix.clone();
-                q.push(kvroute::LocalBlockHash(l));
-                next.push(q);
-            }
-        }
-        out.extend(next.iter().cloned());
-        frontier = next;
-    }
-    out
 }
