@@ -301,6 +301,41 @@ mod tests {
         }
     }
 
+    /// Small enough for miri (`README.md` has the command): grows and shrinks the arrays, so
+    /// old arrays are retired through the epoch while another thread reads.
+    #[test]
+    fn rebuilds_under_a_concurrent_reader() {
+        let table = std::sync::Arc::new(NodeTable::new());
+        // ~25 keys a shard: past the first array's 80% mark, then back below 1/8.
+        let keys: Vec<u64> = (1..400u64).map(|k| k.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
+        let reader = {
+            let (table, keys) = (table.clone(), keys.clone());
+            std::thread::spawn(move || {
+                for round in 0..3 {
+                    let guard = epoch::pin();
+                    for &key in &keys {
+                        let word = table.get(key, &guard);
+                        assert!(word == 0 || word == 1, "round {round}: torn word {word}");
+                    }
+                }
+            })
+        };
+        let empty = table.bytes();
+        for &key in &keys {
+            table.set_bits(key, 1);
+        }
+        let peak = table.bytes();
+        for &key in &keys[8..] {
+            table.clear_bits(key, 1);
+        }
+        reader.join().unwrap();
+        assert!(peak > empty && table.bytes() < peak, "the arrays grew and shrank");
+        let guard = epoch::pin();
+        assert!(keys[..8].iter().all(|&k| table.get(k, &guard) == 1));
+        assert!(keys[8..].iter().all(|&k| table.get(k, &guard) == 0));
+        assert_eq!(table.live(), 8);
+    }
+
     #[test]
     fn memory_shrinks_after_removals() {
         let table = NodeTable::new();
