@@ -189,7 +189,6 @@ impl IndexLane {
                 }
             }
         }
-        held.shrink_if_sparse();
         let slot = held.slot;
         self.shared.change_holders(slot, self.removed.iter().copied(), false, &mut self.ops);
         match first {

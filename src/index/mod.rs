@@ -7,6 +7,7 @@
 
 mod event_pool;
 mod lane;
+mod probe_map;
 mod reference;
 mod scores;
 mod shared;

@@ -228,11 +228,11 @@ impl NodeTable {
         }
     }
 
-    /// Copies the live slots into a fresh array with room for `live` keys at ≤ 40% load.
+    /// Copies the live slots into the smallest fresh array that holds `live` keys at ≤ 60% load.
     fn rebuild(shard: &Shard, counts: &ShardCounts, live: usize) {
         let guard = epoch::pin();
         let old = shard.array.load(&guard);
-        let fresh = Array::with_slots((live * 5 / 2).next_power_of_two().max(MIN_SLOTS));
+        let fresh = Array::with_slots((live * 5 / 3 + 1).next_power_of_two().max(MIN_SLOTS));
         let mask = fresh.mask();
         let mut moved = 0;
         for slot in old.slots.iter() {

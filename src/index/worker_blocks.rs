@@ -5,17 +5,16 @@
 //! lineage a dump needs when a block is removed while the worker still holds its descendants
 //! (engines do that): such a block becomes a *ghost* until its last descendant goes.
 
-use std::collections::hash_map::Entry;
-
 use crate::event::{LocalBlockHash, SequenceHash, StoredBlock};
 use crate::hash::next_sequence_hash;
+use crate::index::probe_map::ProbeMap;
 use crate::u64_map::U64Map;
 
 /// Stands for "no parent" (a root block); a real node hash equal to it is a 2^-64 event.
 const ROOT: u64 = 0x6b76_726f_7574_6521;
 
 /// Where a block sits: its parent node (our hash, or [`ROOT`]) and its content hash.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Placement {
     parent: u64,
     local: u64,
@@ -47,11 +46,11 @@ pub(crate) struct WorkerBlocks {
     /// The worker's membership slot.
     pub(crate) slot: u32,
     /// Engine hash → placement of every block held.
-    blocks: U64Map<Placement>,
+    blocks: ProbeMap<Placement>,
     /// Node → number of its children held or ghosted (only non-zero counts are kept).
-    children: U64Map<u32>,
+    children: ProbeMap<u32>,
     /// Node → placement of removed blocks that still have descendants here.
-    ghosts: U64Map<Placement>,
+    ghosts: ProbeMap<Placement>,
 }
 
 impl WorkerBlocks {
@@ -64,7 +63,7 @@ impl WorkerBlocks {
     }
 
     pub(crate) fn get(&self, hash: SequenceHash) -> Option<Placement> {
-        self.blocks.get(&hash.0).copied()
+        self.blocks.get(hash.0)
     }
 
     /// Records a newly held block. Returns `None`, changing nothing, if `hash` is held already;
@@ -75,23 +74,22 @@ impl WorkerBlocks {
         placement: Placement,
         node: SequenceHash,
     ) -> Option<bool> {
-        match self.blocks.entry(hash.0) {
-            Entry::Occupied(_) => return None,
-            Entry::Vacant(vacant) => vacant.insert(placement),
-        };
+        if !self.blocks.insert_new(hash.0, placement) {
+            return None;
+        }
         // A re-stored ghost is already counted as its parent's child.
-        let revived = self.ghosts.remove(&node.0).is_some();
+        let revived = self.ghosts.remove(node.0).is_some();
         if !revived && let Some(parent) = placement.parent() {
-            *self.children.entry(parent.0).or_insert(0) += 1;
+            *self.children.get_or_insert(parent.0, 0) += 1;
         }
         Some(revived)
     }
 
     /// Undoes an [`Self::insert`] of `hash` that returned `Some(revived)`.
     pub(crate) fn undo_insert(&mut self, hash: SequenceHash, revived: bool) {
-        let placement = self.blocks.remove(&hash.0).expect("undo of an insert");
+        let placement = self.blocks.remove(hash.0).expect("undo of an insert");
         if revived {
-            self.ghosts.insert(placement.node().0, placement);
+            self.ghosts.insert_new(placement.node().0, placement);
         } else if let Some(parent) = placement.parent() {
             self.release_child(parent.0);
         }
@@ -99,39 +97,26 @@ impl WorkerBlocks {
 
     /// Forgets `hash`; returns its node, or `None` if the worker does not hold it.
     pub(crate) fn remove(&mut self, hash: SequenceHash) -> Option<SequenceHash> {
-        let placement = self.blocks.remove(&hash.0)?;
+        let placement = self.blocks.remove(hash.0)?;
         let node = placement.node();
-        if self.children.contains_key(&node.0) {
-            self.ghosts.insert(node.0, placement);
+        if self.children.contains_key(node.0) {
+            self.ghosts.insert_new(node.0, placement);
         } else if let Some(parent) = placement.parent() {
             self.release_child(parent.0);
         }
         Some(node)
     }
 
-    /// Gives memory back once a map is mostly empty (hash maps never shrink on their own), so
-    /// memory follows the live blocks whatever the history. Amortized O(1) per removal.
-    pub(crate) fn shrink_if_sparse(&mut self) {
-        fn shrink<V>(map: &mut U64Map<V>) {
-            if map.capacity() > 64 && map.len() * 4 < map.capacity() {
-                map.shrink_to(map.len() * 2);
-            }
-        }
-        shrink(&mut self.blocks);
-        shrink(&mut self.children);
-        shrink(&mut self.ghosts);
-    }
-
     /// One child of `parent` is gone; a ghost left with no children goes too, recursively.
     fn release_child(&mut self, mut parent: u64) {
         loop {
-            let count = self.children.get_mut(&parent).expect("parent counts its children");
+            let count = self.children.get_mut(parent).expect("parent counts its children");
             *count -= 1;
             if *count > 0 {
                 return;
             }
-            self.children.remove(&parent);
-            let Some(ghost) = self.ghosts.remove(&parent) else { return };
+            self.children.remove(parent);
+            let Some(ghost) = self.ghosts.remove(parent) else { return };
             match ghost.parent() {
                 Some(grandparent) => parent = grandparent.0,
                 None => return,
@@ -141,22 +126,19 @@ impl WorkerBlocks {
 
     /// Every held block: engine hash, placement.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (SequenceHash, Placement)> + '_ {
-        self.blocks.iter().map(|(&hash, &placement)| (SequenceHash(hash), placement))
+        self.blocks.iter().map(|(hash, placement)| (SequenceHash(hash), placement))
     }
 
     /// Drops every block and ghost; returns the nodes that were held.
     pub(crate) fn drain_nodes(&mut self) -> Vec<SequenceHash> {
-        self.children = U64Map::default();
-        self.ghosts = U64Map::default();
-        std::mem::take(&mut self.blocks).into_values().map(Placement::node).collect()
+        let nodes = self.blocks.iter().map(|(_, placement)| placement.node()).collect();
+        *self = Self::new(self.slot);
+        nodes
     }
 
-    /// Approximate heap bytes (hash map buckets plus control bytes).
+    /// Heap bytes of the three maps.
     pub(crate) fn bytes(&self) -> usize {
-        let bucket = |size: usize, capacity: usize| capacity * (size + 1) * 8 / 7;
-        bucket(16 + 8, self.blocks.capacity())
-            + bucket(8 + 4, self.children.capacity())
-            + bucket(16 + 8, self.ghosts.capacity())
+        self.blocks.bytes() + self.children.bytes() + self.ghosts.bytes()
     }
 
     /// The `Stored` blocks that rebuild this worker's blocks: `(parent engine hash, blocks)` in
@@ -164,12 +146,12 @@ impl WorkerBlocks {
     /// holds come back as placeholder blocks whose engine hashes are listed in the third field,
     /// to be removed right after.
     pub(crate) fn dump(&self) -> Vec<(Option<SequenceHash>, Vec<StoredBlock>, Vec<SequenceHash>)> {
-        let name: U64Map<u64> = self.blocks.iter().map(|(&h, p)| (p.node().0, h)).collect();
+        let name: U64Map<u64> = self.blocks.iter().map(|(h, p)| (p.node().0, h)).collect();
         // Depth-first from each block up to an ancestor that is dumped already.
         let mut done: U64Map<()> = U64Map::default();
         let mut out = Vec::new();
         let mut next_placeholder = 0u64;
-        let mut sorted: Vec<(u64, Placement)> = self.blocks.iter().map(|(&h, &p)| (h, p)).collect();
+        let mut sorted: Vec<(u64, Placement)> = self.blocks.iter().collect();
         sorted.sort_unstable_by_key(|&(hash, _)| hash);
         for (hash, placement) in sorted {
             if done.contains_key(&placement.node().0) {
@@ -184,10 +166,10 @@ impl WorkerBlocks {
                     break Some(SequenceHash(name[&node.0]));
                 }
                 let step = match name.get(&node.0) {
-                    Some(&held) => (SequenceHash(held), self.blocks[&held]),
+                    Some(&held) => (SequenceHash(held), self.blocks.get(held).expect("named")),
                     None => {
-                        let ghost = self.ghosts[&node.0];
-                        while self.blocks.contains_key(&next_placeholder) {
+                        let ghost = self.ghosts.get(node.0).expect("lineage of a held block");
+                        while self.blocks.contains_key(next_placeholder) {
                             next_placeholder += 1;
                         }
                         next_placeholder += 1;

@@ -1,0 +1,220 @@
+//! [`ProbeMap`]: a single-owner map from a 64-bit hash to a small `Copy` value, whose memory
+//! follows its length whatever the history.
+//!
+//! Linear probing with backward-shift deletion: a removal moves later entries of its probe run
+//! back instead of leaving a tombstone, so churn at a steady size never grows the table (a
+//! tombstoning map like hashbrown doubles under churn once more than half full). It grows past 7/8
+//! load and shrinks below 1/8. Only the lane that owns a worker touches its maps, so there is no
+//! synchronization here.
+
+use std::mem;
+
+const MIN_SLOTS: usize = 8;
+
+/// See the [module docs](self).
+#[derive(Clone, Debug)]
+pub(crate) struct ProbeMap<V: Copy + Default> {
+    /// `(key, value)`; a slot is empty when its key is `EMPTY` (key `EMPTY` itself lives in
+    /// `empty_key`).
+    slots: Box<[(u64, V)]>,
+    len: usize,
+    empty_key: Option<V>,
+}
+
+const EMPTY: u64 = 0;
+
+#[inline]
+fn home(key: u64, mask: usize) -> usize {
+    // Keys may be small or patterned (engine hashes, tests): fold before taking the top bits.
+    let folded = u128::from(key) * 0x9E37_79B9_7F4A_7C15;
+    (((folded >> 64) as u64) ^ (folded as u64)) as usize & mask
+}
+
+impl<V: Copy + Default> Default for ProbeMap<V> {
+    fn default() -> Self {
+        Self { slots: Box::new([]), len: 0, empty_key: None }
+    }
+}
+
+impl<V: Copy + Default> ProbeMap<V> {
+    pub(crate) fn len(&self) -> usize {
+        self.len + usize::from(self.empty_key.is_some())
+    }
+
+    /// Heap bytes held.
+    pub(crate) fn bytes(&self) -> usize {
+        self.slots.len() * mem::size_of::<(u64, V)>()
+    }
+
+    fn find(&self, key: u64) -> Option<usize> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let mask = self.slots.len() - 1;
+        let mut at = home(key, mask);
+        loop {
+            match self.slots[at].0 {
+                k if k == key => return Some(at),
+                EMPTY => return None,
+                _ => at = (at + 1) & mask,
+            }
+        }
+    }
+
+    pub(crate) fn get(&self, key: u64) -> Option<V> {
+        if key == EMPTY {
+            return self.empty_key;
+        }
+        self.find(key).map(|at| self.slots[at].1)
+    }
+
+    pub(crate) fn get_mut(&mut self, key: u64) -> Option<&mut V> {
+        if key == EMPTY {
+            return self.empty_key.as_mut();
+        }
+        self.find(key).map(|at| &mut self.slots[at].1)
+    }
+
+    pub(crate) fn contains_key(&self, key: u64) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Inserts `value` unless `key` is present; returns whether it did.
+    pub(crate) fn insert_new(&mut self, key: u64, value: V) -> bool {
+        if key == EMPTY {
+            let absent = self.empty_key.is_none();
+            if absent {
+                self.empty_key = Some(value);
+            }
+            return absent;
+        }
+        if (self.len + 1) * 8 > self.slots.len() * 7 {
+            self.resize((self.len + 1) * 2);
+        }
+        let mask = self.slots.len() - 1;
+        let mut at = home(key, mask);
+        loop {
+            match self.slots[at].0 {
+                k if k == key => return false,
+                EMPTY => break,
+                _ => at = (at + 1) & mask,
+            }
+        }
+        self.slots[at] = (key, value);
+        self.len += 1;
+        true
+    }
+
+    /// `get_mut`, inserting `value` first if `key` is absent.
+    pub(crate) fn get_or_insert(&mut self, key: u64, value: V) -> &mut V {
+        if !self.contains_key(key) {
+            self.insert_new(key, value);
+        }
+        self.get_mut(key).expect("just inserted")
+    }
+
+    pub(crate) fn remove(&mut self, key: u64) -> Option<V> {
+        if key == EMPTY {
+            return self.empty_key.take();
+        }
+        let mut hole = self.find(key)?;
+        let removed = self.slots[hole].1;
+        let mask = self.slots.len() - 1;
+        // Shift back every later entry of the run whose home is not between the hole and it.
+        let mut at = (hole + 1) & mask;
+        while self.slots[at].0 != EMPTY {
+            let wanted = home(self.slots[at].0, mask);
+            if (at.wrapping_sub(wanted) & mask) >= (at.wrapping_sub(hole) & mask) {
+                self.slots[hole] = self.slots[at];
+                hole = at;
+            }
+            at = (at + 1) & mask;
+        }
+        self.slots[hole] = (EMPTY, V::default());
+        self.len -= 1;
+        if self.len * 8 < self.slots.len() && self.slots.len() > MIN_SLOTS {
+            self.resize(self.len * 2);
+        }
+        Some(removed)
+    }
+
+    /// Every entry, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, V)> + '_ {
+        let stored = self.slots.iter().filter(|slot| slot.0 != EMPTY).copied();
+        self.empty_key.map(|value| (EMPTY, value)).into_iter().chain(stored)
+    }
+
+    /// Reallocates for at least `room` entries (at most 1/2 load when `room = 2·len`).
+    fn resize(&mut self, room: usize) {
+        let slots = room.next_power_of_two().max(MIN_SLOTS);
+        let old = mem::replace(&mut self.slots, vec![(EMPTY, V::default()); slots].into());
+        let mask = slots - 1;
+        for (key, value) in old.iter().copied().filter(|slot| slot.0 != EMPTY) {
+            let mut at = home(key, mask);
+            while self.slots[at].0 != EMPTY {
+                at = (at + 1) & mask;
+            }
+            self.slots[at] = (key, value);
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::collections::HashMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// Agrees with `HashMap` through inserts, updates and removals, including key 0 and
+        /// keys that collide in their home slot.
+        #[test]
+        fn matches_a_hash_map(ops in prop::collection::vec((0u64..48, any::<u8>(), 0u8..3), 1..400)) {
+            let mut map = ProbeMap::<u32>::default();
+            let mut model: HashMap<u64, u32> = HashMap::new();
+            for (key, value, op) in ops {
+                let key = key * 1024; // same low bits: long probe runs
+                match op {
+                    0 => {
+                        let inserted = map.insert_new(key, value.into());
+                        prop_assert_eq!(inserted, !model.contains_key(&key));
+                        model.entry(key).or_insert(value.into());
+                    }
+                    1 => prop_assert_eq!(map.remove(key), model.remove(&key)),
+                    _ => {
+                        *map.get_or_insert(key, 0) += 1;
+                        *model.entry(key).or_insert(0) += 1;
+                    }
+                }
+                prop_assert_eq!(map.len(), model.len());
+                for (&k, &v) in &model {
+                    prop_assert_eq!(map.get(k), Some(v));
+                }
+                let mut listed: Vec<(u64, u32)> = map.iter().collect();
+                listed.sort_unstable();
+                let mut expected: Vec<(u64, u32)> = model.iter().map(|(&k, &v)| (k, v)).collect();
+                expected.sort_unstable();
+                prop_assert_eq!(listed, expected);
+            }
+        }
+    }
+
+    #[test]
+    fn churn_at_a_steady_size_does_not_grow_the_table() {
+        let mut map = ProbeMap::<()>::default();
+        for key in 1..=16_384u64 {
+            map.insert_new(key, ());
+        }
+        let settled = map.bytes();
+        for round in 0..8u64 {
+            for key in 1..=16_384u64 {
+                map.remove(key + round * 16_384);
+                map.insert_new(key + (round + 1) * 16_384, ());
+            }
+        }
+        assert_eq!(map.len(), 16_384);
+        assert_eq!(map.bytes(), settled);
+    }
+}
