@@ -130,14 +130,15 @@ impl IndexLane {
             let ok = match held.get(block.hash) {
                 Some(existing) => existing == placement, // storing twice is a no-op
                 // Not this block under a second name.
-                None => !self.shared.holds(node, held.slot, &guard),
+                None if self.shared.holds(node, held.slot, &guard) => false,
+                None => {
+                    self.pending.push((block.hash, placement, node));
+                    true
+                }
             };
             if !ok {
                 rejected = Some(block.hash);
                 break;
-            }
-            if held.get(block.hash).is_none() {
-                self.pending.push((block.hash, placement, node));
             }
         }
         drop(guard);

@@ -105,12 +105,28 @@ impl<V: Copy + Default> ProbeMap<V> {
         true
     }
 
-    /// `get_mut`, inserting `value` first if `key` is absent.
+    /// `get_mut`, inserting `value` first if `key` is absent (one probe).
     pub(crate) fn get_or_insert(&mut self, key: u64, value: V) -> &mut V {
-        if !self.contains_key(key) {
-            self.insert_new(key, value);
+        if key == EMPTY {
+            return self.empty_key.get_or_insert(value);
         }
-        self.get_mut(key).expect("just inserted")
+        if (self.len + 1) * 8 > self.slots.len() * 7 {
+            self.resize((self.len + 1) * 2);
+        }
+        let mask = self.slots.len() - 1;
+        let mut at = home(key, mask);
+        loop {
+            match self.slots[at].0 {
+                k if k == key => break,
+                EMPTY => {
+                    self.slots[at] = (key, value);
+                    self.len += 1;
+                    break;
+                }
+                _ => at = (at + 1) & mask,
+            }
+        }
+        &mut self.slots[at].1
     }
 
     pub(crate) fn remove(&mut self, key: u64) -> Option<V> {

@@ -140,11 +140,11 @@ impl NodeTable {
         Self::clear_locked(shard, &shard.counts.lock(), key, bits)
     }
 
-    /// Applies `ops` (reordered by shard, each key's ops keeping their order), taking each
+    /// Applies `ops` (distinct keys, reordered by shard), taking each
     /// shard's lock once: a lane's whole event costs a few lock operations, not one per block,
     /// and the slot loads between them can overlap.
     pub(crate) fn apply(&self, ops: &mut [BitOp]) {
-        ops.sort_by_key(|op| stored_key(op.key) >> (64 - SHARD_BITS));
+        ops.sort_unstable_by_key(|op| stored_key(op.key) >> (64 - SHARD_BITS));
         for group in ops.chunk_by(|a, b| {
             stored_key(a.key) >> (64 - SHARD_BITS) == stored_key(b.key) >> (64 - SHARD_BITS)
         }) {
