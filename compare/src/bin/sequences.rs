@@ -10,7 +10,9 @@
 //!
 //! Measured per subject: add+free churn pairs/s (one thread; each pair frees a random request and
 //! adds a fresh one to the same worker, request generation included for both); latency of the
-//! all-worker potential-load query, quiescent and while another thread churns; bytes per active
+//! all-worker potential-load query, quiescent, while another thread churns as fast as it can (so
+//! the faster tracker also carries more churn), and while it churns at a fixed pace (the same load
+//! on both); bytes per active
 //! request (RSS delta of a child process that builds only that subject's state). Both states
 //! live in one process and are measured in alternating rounds, so machine noise hits both alike.
 //!
@@ -41,6 +43,9 @@ const CANDIDATE_BLOCKS: usize = 256;
 const CHURN_PAIRS: usize = 200_000;
 const QUERIES: usize = 20_000;
 const SEED: u64 = 0x5EED_2026;
+/// One churn pair every 100 µs (≈ 10,000 pairs/s, which both subjects sustain while queried):
+/// the "under paced churn" rows put the same load on both.
+const PACE: Duration = Duration::from_micros(100);
 
 /// splitmix64: small, fast, deterministic.
 struct Rng(u64);
@@ -341,6 +346,9 @@ struct Measured {
     p50_churn: f64,
     p99_churn: f64,
     churn_during_queries: f64,
+    p50_paced: f64,
+    p99_paced: f64,
+    paced_churn: f64,
     bytes_per_request: f64,
 }
 
@@ -356,6 +364,9 @@ struct Bench<S: Subject> {
     under_churn: Vec<Duration>,
     background_pairs: u64,
     background_time: Duration,
+    under_paced: Vec<Duration>,
+    paced_pairs: u64,
+    paced_time: Duration,
 }
 
 impl<S: Subject> Bench<S> {
@@ -376,6 +387,9 @@ impl<S: Subject> Bench<S> {
             under_churn: Vec::new(),
             background_pairs: 0,
             background_time: Duration::ZERO,
+            under_paced: Vec::new(),
+            paced_pairs: 0,
+            paced_time: Duration::ZERO,
         }
     }
 
@@ -399,21 +413,30 @@ impl<S: Subject> Bench<S> {
         time_queries(&self.fleet.subject, &self.queries, count, &mut self.quiescent);
     }
 
-    /// `count` timed queries while another thread churns the same state.
-    fn query_under_churn(&mut self, workload: &Workload, count: usize) {
+    /// `count` timed queries while another thread churns the same state, as fast as it can
+    /// (`pace: None`) or one pair every `pace` (the same load on both subjects).
+    fn query_under_churn(&mut self, workload: &Workload, count: usize, pace: Option<Duration>) {
         let stop = AtomicBool::new(false);
         let pairs = AtomicU64::new(0);
         let Fleet { subject, active } = &mut self.fleet;
         let subject = &*subject;
         let (rng, counter) = (&mut self.rng, &mut self.counter);
-        let (queries, samples) = (&self.queries, &mut self.under_churn);
+        let samples = if pace.is_some() { &mut self.under_paced } else { &mut self.under_churn };
+        let queries = &self.queries;
         let started = Instant::now();
         std::thread::scope(|scope| {
             scope.spawn(|| {
                 let mut done = 0;
+                let mut next = Instant::now();
                 while !stop.load(Ordering::Relaxed) {
                     churn_pair(subject, active, workload, rng, counter);
                     done += 1;
+                    if let Some(pace) = pace {
+                        next += pace;
+                        if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                            std::thread::sleep(wait);
+                        }
+                    }
                 }
                 pairs.store(done, Ordering::Relaxed);
             });
@@ -422,13 +445,19 @@ impl<S: Subject> Bench<S> {
             time_queries(subject, queries, count, samples);
             stop.store(true, Ordering::Relaxed);
         });
-        self.background_time += started.elapsed();
-        self.background_pairs += pairs.load(Ordering::Relaxed);
+        let (time, total) = if pace.is_some() {
+            (&mut self.paced_time, &mut self.paced_pairs)
+        } else {
+            (&mut self.background_time, &mut self.background_pairs)
+        };
+        *time += started.elapsed();
+        *total += pairs.load(Ordering::Relaxed);
     }
 
     fn result(&mut self) -> Measured {
         self.quiescent.sort_unstable();
         self.under_churn.sort_unstable();
+        self.under_paced.sort_unstable();
         Measured {
             churn_pairs_per_s: self.churn_pairs as f64 / self.churn_time.as_secs_f64(),
             p50: percentile(&self.quiescent, 0.50),
@@ -436,6 +465,9 @@ impl<S: Subject> Bench<S> {
             p50_churn: percentile(&self.under_churn, 0.50),
             p99_churn: percentile(&self.under_churn, 0.99),
             churn_during_queries: self.background_pairs as f64 / self.background_time.as_secs_f64(),
+            p50_paced: percentile(&self.under_paced, 0.50),
+            p99_paced: percentile(&self.under_paced, 0.99),
+            paced_churn: self.paced_pairs as f64 / self.paced_time.as_secs_f64(),
             bytes_per_request: f64::NAN,
         }
     }
@@ -468,13 +500,17 @@ fn measure(run: u64) -> (Measured, Measured) {
         if round % 2 == 0 {
             dynamo.query(count);
             ours.query(count);
-            dynamo.query_under_churn(&workload, count);
-            ours.query_under_churn(&workload, count);
+            dynamo.query_under_churn(&workload, count, None);
+            ours.query_under_churn(&workload, count, None);
+            dynamo.query_under_churn(&workload, count, Some(PACE));
+            ours.query_under_churn(&workload, count, Some(PACE));
         } else {
             ours.query(count);
             dynamo.query(count);
-            ours.query_under_churn(&workload, count);
-            dynamo.query_under_churn(&workload, count);
+            ours.query_under_churn(&workload, count, None);
+            dynamo.query_under_churn(&workload, count, None);
+            ours.query_under_churn(&workload, count, Some(PACE));
+            dynamo.query_under_churn(&workload, count, Some(PACE));
         }
     }
     (dynamo.result(), ours.result())
@@ -580,13 +616,16 @@ fn main() {
     }
 
     type Field = fn(&Measured) -> f64;
-    let rows: [(&str, Field, &str); 8] = [
+    let rows: [(&str, Field, &str); 11] = [
         ("add+free churn (pairs/s)", |m| m.churn_pairs_per_s, ">= 2.00"),
         ("query p50 quiescent (us)", |m| m.p50, "<= 0.50"),
         ("query p99 quiescent (us)", |m| m.p99, "<= 0.50"),
         ("query p50 under churn (us)", |m| m.p50_churn, "<= 0.50"),
         ("query p99 under churn (us)", |m| m.p99_churn, "<= 0.50"),
         ("churn while queried (pairs/s)", |m| m.churn_during_queries, "-"),
+        ("query p50 under paced churn (us)", |m| m.p50_paced, "<= 0.50"),
+        ("query p99 under paced churn (us)", |m| m.p99_paced, "<= 0.50"),
+        ("paced churn (pairs/s)", |m| m.paced_churn, "-"),
         ("bytes per active request", |m| m.bytes_per_request, "<= 1.00"),
         ("", |_| 0.0, ""),
     ];
