@@ -88,21 +88,12 @@ impl<V: Copy + Default> ProbeMap<V> {
             }
             return absent;
         }
-        if (self.len + 1) * 8 > self.slots.len() * 7 {
-            self.resize((self.len + 1) * 2);
+        let (at, present) = self.slot_for_insert(key);
+        if !present {
+            self.slots[at] = (key, value);
+            self.len += 1;
         }
-        let mask = self.slots.len() - 1;
-        let mut at = home(key, mask);
-        loop {
-            match self.slots[at].0 {
-                k if k == key => return false,
-                EMPTY => break,
-                _ => at = (at + 1) & mask,
-            }
-        }
-        self.slots[at] = (key, value);
-        self.len += 1;
-        true
+        !present
     }
 
     /// `get_mut`, inserting `value` first if `key` is absent (one probe).
@@ -110,6 +101,17 @@ impl<V: Copy + Default> ProbeMap<V> {
         if key == EMPTY {
             return self.empty_key.get_or_insert(value);
         }
+        let (at, present) = self.slot_for_insert(key);
+        if !present {
+            self.slots[at] = (key, value);
+            self.len += 1;
+        }
+        &mut self.slots[at].1
+    }
+
+    /// The slot holding `key` (`true`), or the empty slot it would take (`false`), growing the
+    /// table first if one more entry would pass 7/8 load.
+    fn slot_for_insert(&mut self, key: u64) -> (usize, bool) {
         if (self.len + 1) * 8 > self.slots.len() * 7 {
             self.resize((self.len + 1) * 2);
         }
@@ -117,16 +119,11 @@ impl<V: Copy + Default> ProbeMap<V> {
         let mut at = home(key, mask);
         loop {
             match self.slots[at].0 {
-                k if k == key => break,
-                EMPTY => {
-                    self.slots[at] = (key, value);
-                    self.len += 1;
-                    break;
-                }
+                k if k == key => return (at, true),
+                EMPTY => return (at, false),
                 _ => at = (at + 1) & mask,
             }
         }
-        &mut self.slots[at].1
     }
 
     pub(crate) fn remove(&mut self, key: u64) -> Option<V> {
