@@ -17,79 +17,15 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use kvroute::sequences::{MultiWorkerSequences, RequestId};
+use kvroute::sim::load::{LoadRng, SequenceLoad};
 use kvroute::{OverlapScores, SequenceHash, Worker};
 use rayon::prelude::*;
 
-const WORKERS: usize = 64;
-const REQUESTS_PER_WORKER: usize = 1_000;
-const BLOCK_SIZE: usize = 16;
-const SYSTEM_BLOCKS: usize = 32;
-const CONVERSATIONS_PER_WORKER: usize = 32;
-const CANDIDATE_BLOCKS: usize = 256;
+const WORKERS: usize = SequenceLoad::WORKERS;
+const REQUESTS_PER_WORKER: usize = SequenceLoad::REQUESTS_PER_WORKER;
+const BLOCK_SIZE: usize = SequenceLoad::BLOCK_SIZE;
+const CANDIDATE_BLOCKS: usize = SequenceLoad::CANDIDATE_BLOCKS;
 const STATE: &str = "64w-1000r";
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
-struct Workload {
-    system: Vec<SequenceHash>,
-    conversations: Vec<Vec<SequenceHash>>,
-}
-
-impl Workload {
-    fn new(rng: &mut Rng) -> Self {
-        let system = (0..SYSTEM_BLOCKS).map(|_| SequenceHash(rng.next())).collect();
-        let conversations = (0..WORKERS * CONVERSATIONS_PER_WORKER)
-            .map(|_| (0..rng.below(49)).map(|_| SequenceHash(rng.next())).collect())
-            .collect();
-        Self { system, conversations }
-    }
-
-    /// (blocks, isl, overlap) of a fresh request for `worker`.
-    fn request(&self, rng: &mut Rng, worker: usize) -> (Vec<SequenceHash>, usize, u32) {
-        let conversation =
-            &self.conversations[worker + WORKERS * rng.below(CONVERSATIONS_PER_WORKER)];
-        let len = 100 + rng.below(101);
-        let mut blocks = Vec::with_capacity(len);
-        blocks.extend_from_slice(&self.system);
-        blocks.extend_from_slice(conversation);
-        while blocks.len() < len {
-            blocks.push(SequenceHash(rng.next()));
-        }
-        (blocks, len * BLOCK_SIZE, (SYSTEM_BLOCKS + conversation.len()) as u32)
-    }
-
-    /// A 256-block candidate and the overlaps the prefix index would report for it.
-    fn candidate(&self, rng: &mut Rng) -> (Vec<SequenceHash>, OverlapScores) {
-        let at = rng.below(self.conversations.len());
-        let mut blocks = self.system.clone();
-        blocks.extend_from_slice(&self.conversations[at]);
-        let home_depth = blocks.len() as u32;
-        while blocks.len() < CANDIDATE_BLOCKS {
-            blocks.push(SequenceHash(rng.next()));
-        }
-        let overlaps = (0..WORKERS)
-            .map(|w| {
-                let depth = if w == at % WORKERS { home_depth } else { SYSTEM_BLOCKS as u32 };
-                (Worker::new(w as u64, 0), depth)
-            })
-            .collect();
-        (blocks, OverlapScores::from_pairs(overlaps))
-    }
-}
 
 /// The baseline: one plain refcount map per worker, recounting every candidate block.
 #[derive(Default)]
@@ -146,8 +82,8 @@ impl Naive {
 }
 
 fn build(
-    rng: &mut Rng,
-    workload: &Workload,
+    rng: &mut LoadRng,
+    workload: &SequenceLoad,
     shards: usize,
 ) -> (MultiWorkerSequences, Naive, Vec<Vec<RequestId>>) {
     let fleet = MultiWorkerSequences::builder(BLOCK_SIZE as u32)
@@ -171,12 +107,18 @@ fn build(
 }
 
 fn benches(c: &mut Criterion) {
-    let mut rng = Rng(0x5EED);
-    let workload = Workload::new(&mut rng);
+    let mut rng = LoadRng::new(0x5EED);
+    let workload = SequenceLoad::new(&mut rng);
     let (fleet, mut naive, mut active) =
         build(&mut rng, &workload, kvroute::sequences::DEFAULT_WORKER_SHARDS);
     let mut naive_active = active.clone();
-    let candidates: Vec<_> = (0..64).map(|_| workload.candidate(&mut rng)).collect();
+    let candidates: Vec<_> = (0..64)
+        .map(|_| workload.candidate(&mut rng))
+        .map(|candidate| {
+            let overlaps = candidate.overlaps();
+            (candidate.blocks, overlaps)
+        })
+        .collect();
     let isl = CANDIDATE_BLOCKS * BLOCK_SIZE;
 
     let mut group = c.benchmark_group("potential_loads");
@@ -219,8 +161,8 @@ fn benches(c: &mut Criterion) {
     // How the worker-shard count trades query cost (one trie walk per shard).
     let mut group = c.benchmark_group("potential_loads_by_shards");
     for shards in [1, 4, 16] {
-        let mut rng = Rng(0x5EED);
-        let workload = Workload::new(&mut rng);
+        let mut rng = LoadRng::new(0x5EED);
+        let workload = SequenceLoad::new(&mut rng);
         let (fleet, _, _) = build(&mut rng, &workload, shards);
         group.bench_function(BenchmarkId::new("kvroute", shards), |b| {
             b.iter(|| {

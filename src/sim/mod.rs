@@ -19,6 +19,7 @@ use std::path::PathBuf;
 
 mod fleet;
 mod kv_manager;
+pub mod load;
 pub mod trace;
 
 pub use fleet::{

@@ -1,7 +1,7 @@
 //! Side by side: kvroute's `MultiWorkerSequences` against dynamo-kv-router 1.6.1's
 //! `ActiveSequencesMultiWorker` (both synchronous), on identical state.
 //!
-//! Workload (fixed seed): 64 workers × 1,000 active requests of 100–200 blocks (16 tokens each).
+//! SequenceLoad (fixed seed): 64 workers × 1,000 active requests of 100–200 blocks (16 tokens each).
 //! Every request starts with a 32-block system prompt shared by all, then the context of one of
 //! its worker's 32 conversations (0–48 blocks, shared by ~31 requests), then its own tail.
 //! Candidates are 256 blocks: system prompt + a random conversation's context + a fresh tail;
@@ -29,17 +29,18 @@ use dynamo_kv_router::{
     ActiveSequencesMultiWorker, NoopSequencePublisher, PrefillTokenDeltas, SequenceRequest,
 };
 use kvroute::sequences::{MultiWorkerSequences, PotentialLoad, RequestId};
+use kvroute::sim::load::{LoadCandidate, LoadRng, SequenceLoad};
 use kvroute::{OverlapScores, SequenceHash, Worker};
 
-const WORKERS: usize = 64;
-const REQUESTS_PER_WORKER: usize = 1_000;
-const BLOCK_SIZE: usize = 16;
-const SYSTEM_BLOCKS: usize = 32;
-const CONVERSATIONS_PER_WORKER: usize = 32;
-const MAX_CONTEXT_BLOCKS: usize = 48;
-const MIN_BLOCKS: usize = 100;
-const MAX_BLOCKS: usize = 200;
-const CANDIDATE_BLOCKS: usize = 256;
+const WORKERS: usize = SequenceLoad::WORKERS;
+const REQUESTS_PER_WORKER: usize = SequenceLoad::REQUESTS_PER_WORKER;
+const BLOCK_SIZE: usize = SequenceLoad::BLOCK_SIZE;
+const SYSTEM_BLOCKS: usize = SequenceLoad::SYSTEM_BLOCKS;
+const CONVERSATIONS_PER_WORKER: usize = SequenceLoad::CONVERSATIONS_PER_WORKER;
+const MAX_CONTEXT_BLOCKS: usize = SequenceLoad::MAX_CONTEXT_BLOCKS;
+const MIN_BLOCKS: usize = SequenceLoad::REQUEST_BLOCKS.0;
+const MAX_BLOCKS: usize = SequenceLoad::REQUEST_BLOCKS.1;
+const CANDIDATE_BLOCKS: usize = SequenceLoad::CANDIDATE_BLOCKS;
 const CHURN_PAIRS: usize = 200_000;
 const QUERIES: usize = 20_000;
 const SEED: u64 = 0x5EED_2026;
@@ -47,91 +48,15 @@ const SEED: u64 = 0x5EED_2026;
 /// the "under paced churn" rows put the same load on both.
 const PACE: Duration = Duration::from_micros(100);
 
-/// splitmix64: small, fast, deterministic.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
-/// The shared prefixes every request and candidate is built from.
-struct Workload {
-    system: Vec<u64>,
-    /// Conversation `k` belongs to worker `k % WORKERS`.
-    conversations: Vec<Vec<u64>>,
-}
-
-/// One candidate request, in neutral form.
-struct Candidate {
-    blocks: Vec<u64>,
-    isl: usize,
-    /// The worker holding the conversation, and its overlap in blocks.
-    home: usize,
-    home_overlap: usize,
-}
-
-impl Workload {
-    fn new(rng: &mut Rng) -> Self {
-        let system = (0..SYSTEM_BLOCKS).map(|_| rng.next()).collect();
-        let conversations = (0..WORKERS * CONVERSATIONS_PER_WORKER)
-            .map(|_| {
-                let len = rng.below(MAX_CONTEXT_BLOCKS + 1);
-                (0..len).map(|_| rng.next()).collect()
-            })
-            .collect();
-        Self { system, conversations }
-    }
-
-    /// A fresh request for `worker`: (blocks, isl, overlap in blocks).
-    fn request(&self, rng: &mut Rng, worker: usize) -> (Vec<u64>, usize, u32) {
-        let conversation = worker + WORKERS * rng.below(CONVERSATIONS_PER_WORKER);
-        let len = MIN_BLOCKS + rng.below(MAX_BLOCKS - MIN_BLOCKS + 1);
-        let mut blocks = Vec::with_capacity(len);
-        blocks.extend_from_slice(&self.system);
-        blocks.extend_from_slice(&self.conversations[conversation]);
-        while blocks.len() < len {
-            blocks.push(rng.next());
-        }
-        let overlap = (SYSTEM_BLOCKS + self.conversations[conversation].len()) as u32;
-        (blocks, len * BLOCK_SIZE, overlap)
-    }
-
-    fn candidate(&self, rng: &mut Rng) -> Candidate {
-        let conversation = rng.below(self.conversations.len());
-        let mut blocks = self.system.clone();
-        blocks.extend_from_slice(&self.conversations[conversation]);
-        let home_overlap = blocks.len();
-        while blocks.len() < CANDIDATE_BLOCKS {
-            blocks.push(rng.next());
-        }
-        Candidate {
-            blocks,
-            isl: CANDIDATE_BLOCKS * BLOCK_SIZE,
-            home: conversation % WORKERS,
-            home_overlap,
-        }
-    }
-}
-
 /// What both trackers are driven through.
 trait Subject: Sync + Sized {
     type Id: Clone + Send;
     type Query: Sync;
     fn new() -> Self;
     fn id(name: String) -> Self::Id;
-    fn add(&self, id: Self::Id, worker: usize, blocks: Vec<u64>, isl: usize, overlap: u32);
+    fn add(&self, id: Self::Id, worker: usize, blocks: Vec<SequenceHash>, isl: usize, overlap: u32);
     fn free(&self, id: &Self::Id);
-    fn prepare(&self, candidate: &Candidate) -> Self::Query;
+    fn prepare(&self, candidate: &LoadCandidate) -> Self::Query;
     /// Runs the all-worker query; returns (worker, potential blocks, potential tokens) sorted.
     fn query(&self, query: &Self::Query) -> Vec<(u64, usize, usize)>;
     /// The query as timed: as little post-processing as the API allows.
@@ -166,7 +91,8 @@ impl Subject for Dynamo {
         name
     }
 
-    fn add(&self, id: String, worker: usize, blocks: Vec<u64>, isl: usize, overlap: u32) {
+    fn add(&self, id: String, worker: usize, blocks: Vec<SequenceHash>, isl: usize, overlap: u32) {
+        let blocks = blocks.into_iter().map(|block| block.0).collect();
         let tokens = isl - overlap as usize * BLOCK_SIZE;
         let request = SequenceRequest {
             request_id: id,
@@ -187,13 +113,13 @@ impl Subject for Dynamo {
         self.0.free(id, tokio::time::Instant::now()).expect("dynamo free");
     }
 
-    fn prepare(&self, candidate: &Candidate) -> DynamoQuery {
+    fn prepare(&self, candidate: &LoadCandidate) -> DynamoQuery {
         let mut by_worker = HashMap::default();
         let home_tokens = candidate.isl - candidate.home_overlap * BLOCK_SIZE;
         by_worker.insert(WorkerWithDpRank::new(candidate.home as u64, 0), home_tokens);
         let default_tokens = candidate.isl - SYSTEM_BLOCKS * BLOCK_SIZE;
         let deltas = PrefillTokenDeltas::new(default_tokens, by_worker);
-        DynamoQuery { blocks: candidate.blocks.clone(), deltas }
+        DynamoQuery { blocks: candidate.blocks.iter().map(|block| block.0).collect(), deltas }
     }
 
     fn query(&self, query: &DynamoQuery) -> Vec<(u64, usize, usize)> {
@@ -236,8 +162,14 @@ impl Subject for Ours {
         RequestId::from(name)
     }
 
-    fn add(&self, id: RequestId, worker: usize, blocks: Vec<u64>, isl: usize, overlap: u32) {
-        let blocks: Vec<SequenceHash> = blocks.into_iter().map(SequenceHash).collect();
+    fn add(
+        &self,
+        id: RequestId,
+        worker: usize,
+        blocks: Vec<SequenceHash>,
+        isl: usize,
+        overlap: u32,
+    ) {
         let worker = Worker::new(worker as u64, 0);
         self.0.add_request(id, worker, Some(&blocks), isl, overlap).expect("kvroute add");
     }
@@ -246,18 +178,11 @@ impl Subject for Ours {
         self.0.free(id).expect("kvroute free");
     }
 
-    fn prepare(&self, candidate: &Candidate) -> OurQuery {
-        let overlaps = (0..WORKERS)
-            .map(|w| {
-                let depth =
-                    if w == candidate.home { candidate.home_overlap } else { SYSTEM_BLOCKS };
-                (Worker::new(w as u64, 0), depth as u32)
-            })
-            .collect();
+    fn prepare(&self, candidate: &LoadCandidate) -> OurQuery {
         OurQuery {
-            blocks: candidate.blocks.iter().copied().map(SequenceHash).collect(),
+            blocks: candidate.blocks.clone(),
             isl: candidate.isl,
-            overlaps: OverlapScores::from_pairs(overlaps),
+            overlaps: candidate.overlaps(),
         }
     }
 
@@ -284,7 +209,7 @@ struct Fleet<S: Subject> {
 
 /// Builds the state; `keep_ids` keeps the driver's list of active ids (not kept when only the
 /// subject's own memory is measured).
-fn build<S: Subject>(workload: &Workload, rng: &mut Rng, keep_ids: bool) -> Fleet<S> {
+fn build<S: Subject>(workload: &SequenceLoad, rng: &mut LoadRng, keep_ids: bool) -> Fleet<S> {
     let subject = S::new();
     let mut active: Vec<Vec<S::Id>> = (0..WORKERS).map(|_| Vec::new()).collect();
     for slot in 0..REQUESTS_PER_WORKER {
@@ -304,8 +229,8 @@ fn build<S: Subject>(workload: &Workload, rng: &mut Rng, keep_ids: bool) -> Flee
 fn churn_pair<S: Subject>(
     subject: &S,
     active: &mut [Vec<S::Id>],
-    workload: &Workload,
-    rng: &mut Rng,
+    workload: &SequenceLoad,
+    rng: &mut LoadRng,
     counter: &mut u64,
 ) {
     let worker = rng.below(WORKERS);
@@ -356,7 +281,7 @@ struct Measured {
 struct Bench<S: Subject> {
     fleet: Fleet<S>,
     queries: Vec<S::Query>,
-    rng: Rng,
+    rng: LoadRng,
     counter: u64,
     churn_time: Duration,
     churn_pairs: usize,
@@ -370,10 +295,10 @@ struct Bench<S: Subject> {
 }
 
 impl<S: Subject> Bench<S> {
-    fn new(workload: &Workload, run: u64) -> Self {
-        let mut rng = Rng(SEED ^ run);
+    fn new(workload: &SequenceLoad, run: u64) -> Self {
+        let mut rng = LoadRng::new(SEED ^ run);
         let fleet = build::<S>(workload, &mut rng, true);
-        let mut candidates = Rng(SEED ^ 0xCA4D ^ run);
+        let mut candidates = LoadRng::new(SEED ^ 0xCA4D ^ run);
         let queries =
             (0..256).map(|_| fleet.subject.prepare(&workload.candidate(&mut candidates))).collect();
         Self {
@@ -393,7 +318,7 @@ impl<S: Subject> Bench<S> {
         }
     }
 
-    fn churn(&mut self, workload: &Workload, pairs: usize) {
+    fn churn(&mut self, workload: &SequenceLoad, pairs: usize) {
         let start = Instant::now();
         let fleet = &mut self.fleet;
         for _ in 0..pairs {
@@ -415,7 +340,7 @@ impl<S: Subject> Bench<S> {
 
     /// `count` timed queries while another thread churns the same state, as fast as it can
     /// (`pace: None`) or one pair every `pace` (the same load on both subjects).
-    fn query_under_churn(&mut self, workload: &Workload, count: usize, pace: Option<Duration>) {
+    fn query_under_churn(&mut self, workload: &SequenceLoad, count: usize, pace: Option<Duration>) {
         let stop = AtomicBool::new(false);
         let pairs = AtomicU64::new(0);
         let Fleet { subject, active } = &mut self.fleet;
@@ -477,7 +402,7 @@ impl<S: Subject> Bench<S> {
 /// whatever else the machine does weighs on both alike.
 fn measure(run: u64) -> (Measured, Measured) {
     const ROUNDS: usize = 10;
-    let workload = Workload::new(&mut Rng(SEED ^ run));
+    let workload = SequenceLoad::new(&mut LoadRng::new(SEED ^ run));
     let mut dynamo = Bench::<Dynamo>::new(&workload, run);
     let mut ours = Bench::<Ours>::new(&workload, run);
     let churn = CHURN_PAIRS / ROUNDS;
@@ -524,8 +449,8 @@ fn rss_bytes() -> u64 {
 
 /// In a child process: bytes of RSS per active request after building the state.
 fn memory_child<S: Subject>() {
-    let mut rng = Rng(SEED);
-    let workload = Workload::new(&mut rng);
+    let mut rng = LoadRng::new(SEED);
+    let workload = SequenceLoad::new(&mut rng);
     let before = rss_bytes();
     let fleet = build::<S>(&workload, &mut rng, false);
     let after = rss_bytes();
@@ -547,10 +472,10 @@ fn memory_of(subject: &str) -> f64 {
 
 /// Both subjects answer identically on the same (small) state.
 fn check_agreement() {
-    let mut rng_a = Rng(SEED);
-    let mut rng_b = Rng(SEED);
-    let workload = Workload::new(&mut rng_a);
-    Workload::new(&mut rng_b);
+    let mut rng_a = LoadRng::new(SEED);
+    let mut rng_b = LoadRng::new(SEED);
+    let workload = SequenceLoad::new(&mut rng_a);
+    SequenceLoad::new(&mut rng_b);
     let dynamo = build::<Dynamo>(&workload, &mut rng_a, false);
     let ours = build::<Ours>(&workload, &mut rng_b, false);
     for _ in 0..32 {
