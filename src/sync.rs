@@ -9,7 +9,9 @@
 #[allow(unused_imports, dead_code)]
 mod imp {
     pub use std::sync::Arc;
-    pub use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+    pub use std::sync::atomic::{
+        AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+    };
     pub use std::thread::JoinHandle;
 
     /// A reader-writer lock (`parking_lot`, so guards are not poisoned).
@@ -37,13 +39,20 @@ mod imp {
     pub fn shared_str(value: &str) -> Arc<str> {
         Arc::from(value)
     }
+
+    /// An immutable shared slice: one allocation, clones bump a count.
+    pub fn shared_slice<T: Copy>(value: &[T]) -> Arc<[T]> {
+        Arc::from(value)
+    }
 }
 
 #[cfg(loom)]
 #[allow(unused_imports, dead_code)]
 mod imp {
     pub use loom::sync::Arc;
-    pub use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+    pub use loom::sync::atomic::{
+        AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+    };
     pub use loom::thread::JoinHandle;
 
     /// Loom's lock with `parking_lot`'s signature: `read`/`write` return guards directly.
@@ -86,6 +95,11 @@ mod imp {
 
     /// An immutable shared string (request ids), as a loom-tracked `Arc`.
     pub fn shared_str(value: &str) -> Arc<str> {
+        Arc::from_std(std::sync::Arc::from(value))
+    }
+
+    /// An immutable shared slice (loom's `Arc` around std's).
+    pub fn shared_slice<T: Copy>(value: &[T]) -> Arc<[T]> {
         Arc::from_std(std::sync::Arc::from(value))
     }
 
@@ -269,15 +283,6 @@ pub mod epoch {
                 unsafe { shared.deref() }
             }
 
-            /// The current value, for the writer: `_lock` is the guard of the lock every
-            /// [`Self::replace`] of this cell is made under, so the value cannot be retired
-            /// while the returned borrow (tied to the guard) lives. Needs no epoch pin.
-            pub fn load_locked<'a, G>(&'a self, _lock: &'a G) -> &'a T {
-                // SAFETY: non-null as in `load`; `replace` runs only under the lock whose guard
-                // `_lock` borrows, so the current value stays linked (hence alive) for `'a`.
-                unsafe { self.0.load(Ordering::Acquire, ce::unprotected()).deref() }
-            }
-
             /// Publishes `value` and retires the old one once no reader can hold it.
             pub fn replace(&self, value: T) {
                 let guard = ce::pin();
@@ -336,12 +341,6 @@ pub mod epoch {
             /// The current value.
             pub fn load<'g>(&self, _guard: &'g Guard) -> &'g T {
                 // SAFETY: non-null, and never freed before the cell drops, which `&self` outlives.
-                unsafe { &*self.current.load(Ordering::Acquire) }
-            }
-
-            /// The current value, for the writer holding the lock `replace` is made under.
-            pub fn load_locked<'a, G>(&'a self, _lock: &'a G) -> &'a T {
-                // SAFETY: non-null, and never freed before the cell drops.
                 unsafe { &*self.current.load(Ordering::Acquire) }
             }
 

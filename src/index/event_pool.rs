@@ -6,11 +6,12 @@ use std::fmt;
 use crossbeam_utils::CachePadded;
 
 use crate::event::{ApplyErrorKind, LocalBlockHash, RouterEvent, Worker, WorkerId};
-use crate::index::lane::{IndexLane, LaneCounters};
-use crate::index::shared::SharedIndex;
+use crate::index::lane::{IndexLane, LaneCounters, WorkerBudget};
+use crate::index::run::walk;
+use crate::index::run_table::RunTable;
 use crate::index::{IndexSnapshot, OverlapScores};
 use crate::pool::{LaneDown, StickyPool, TrySend};
-use crate::sync::{Arc, Mutex, Ordering, RwLock};
+use crate::sync::{Arc, AtomicUsize, Mutex, Ordering, RwLock, epoch};
 
 /// How an [`EventPool`] is set up.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,7 +20,7 @@ pub struct PoolConfig {
     pub lanes: usize,
     /// Events each lane's queue holds before [`EventPool::apply`] reports it full. Default: 4,096.
     pub queue_capacity: usize,
-    /// (worker, dp_rank) pairs the index holds at once, at most 4,096. Default: 4,096.
+    /// (worker, dp_rank) pairs the index holds at once. Default: 4,096.
     pub max_workers: usize,
 }
 
@@ -62,9 +63,9 @@ pub struct PoolStats {
     pub errors: [u64; ApplyErrorKind::ALL.len()],
     /// Live (worker, block) entries, as of each lane's last idle moment.
     pub live_entries: u64,
-    /// Live membership words in the node table (one per node for fleets of ≤ 64 workers).
+    /// Live tree nodes, summed over lanes (a prefix two lanes' workers share counts twice).
     pub nodes: u64,
-    /// Approximate heap bytes: the node table plus every worker's block maps.
+    /// Approximate heap bytes: the lanes' trees and run tables plus every worker's block map.
     pub bytes: u64,
 }
 
@@ -78,8 +79,9 @@ impl PoolStats {
 /// The concurrent prefix index: queries on the caller's thread, writes through sticky lanes.
 ///
 /// Every event of one (worker, dp_rank) goes to the same lane for the pool's lifetime, so it
-/// applies in order; different workers apply in parallel. [`EventPool::find_matches`] never
-/// waits for a lane: it reads the shared node table without locks.
+/// applies in order; different workers apply in parallel. Each lane keeps the tree of its own
+/// workers' blocks, so lanes never write the same memory. [`EventPool::find_matches`] never
+/// waits for a lane: it walks each lane's tree without locks and merges the answers.
 ///
 /// ```
 /// use kvroute::index::{EventPool, PoolConfig};
@@ -95,7 +97,7 @@ impl PoolStats {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct EventPool {
-    shared: Arc<SharedIndex>,
+    tables: Vec<Arc<RunTable>>,
     lanes: StickyPool<IndexLane>,
     counters: Vec<Arc<CachePadded<LaneCounters>>>,
     routes: RwLock<HashMap<Worker, usize, ahash::RandomState>>,
@@ -107,14 +109,15 @@ impl EventPool {
     /// Starts the lanes.
     pub fn new(config: PoolConfig) -> Self {
         let lanes = config.lanes.max(1);
-        let shared = Arc::new(SharedIndex::new(config.max_workers));
+        let budget = Arc::new(WorkerBudget { known: AtomicUsize::new(0), max: config.max_workers });
+        let tables: Vec<_> = (0..lanes).map(|_| Arc::new(RunTable::default())).collect();
         let counters: Vec<_> =
             (0..lanes).map(|_| Arc::new(CachePadded::new(LaneCounters::default()))).collect();
         let pool = StickyPool::new(lanes, config.queue_capacity, |lane| {
-            IndexLane::new(shared.clone(), counters[lane].clone())
+            IndexLane::new(tables[lane].clone(), budget.clone(), counters[lane].clone())
         });
         Self {
-            shared,
+            tables,
             lanes: pool,
             counters,
             routes: RwLock::new(HashMap::default()),
@@ -158,13 +161,34 @@ impl EventPool {
 
     /// Per worker, the number of leading blocks of `query` it holds.
     pub fn find_matches(&self, query: &[LocalBlockHash]) -> OverlapScores {
-        self.shared.find_matches(query, false)
+        let guard = epoch::pin();
+        let mut active = Vec::new();
+        let mut scores = Vec::new();
+        for table in &self.tables {
+            walk(table, query, &guard, &mut active, &mut scores);
+        }
+        OverlapScores::from_pairs(scores)
     }
 
     /// Like [`Self::find_matches`], but stops once a single worker still matches (that
     /// worker's depth is then a lower bound).
     pub fn find_matches_early_exit(&self, query: &[LocalBlockHash]) -> OverlapScores {
-        self.shared.find_matches(query, true)
+        let mut scores = self.find_matches(query).into_pairs();
+        // The walk stops once one worker is left: right after the runner-up drops out.
+        let (mut best, mut second): (Option<usize>, u32) = (None, 0);
+        for (at, &(_, depth)) in scores.iter().enumerate() {
+            match best {
+                Some(top) if depth <= scores[top].1 => second = second.max(depth),
+                _ => {
+                    second = best.map_or(0, |top| scores[top].1);
+                    best = Some(at);
+                }
+            }
+        }
+        if let Some(best) = best.filter(|&b| scores[b].1 > second) {
+            scores[best].1 = second + 1;
+        }
+        OverlapScores::from_pairs(scores)
     }
 
     /// Forgets one (worker, dp_rank) after the events already enqueued for it. Returns whether
@@ -183,8 +207,7 @@ impl EventPool {
 
     /// Every known (worker, dp_rank), sorted, after the events enqueued before the call.
     pub fn workers(&self) -> Result<Vec<Worker>, LaneDown> {
-        let lists =
-            self.lanes.run_on_all(|lane| lane.workers().map(|(w, _)| w).collect::<Vec<_>>())?;
+        let lists = self.lanes.run_on_all(|lane| lane.workers().collect::<Vec<_>>())?;
         let mut workers: Vec<Worker> = lists.into_iter().flatten().collect();
         workers.sort_unstable();
         Ok(workers)
@@ -193,36 +216,15 @@ impl EventPool {
     /// Per worker, each engine hash it holds with our sequence hash of that block's prefix:
     /// compare with [`crate::index::ReferenceIndex::snapshot`].
     pub fn snapshot(&self) -> Result<IndexSnapshot, LaneDown> {
-        let parts = self.lanes.run_on_all(|lane| {
-            lane.workers()
-                .map(|(worker, held)| {
-                    (worker, held.iter().map(|(hash, p)| (hash, p.node())).collect())
-                })
-                .collect::<Vec<_>>()
-        })?;
-        Ok(parts.into_iter().flatten().collect())
+        let parts = self.lanes.run_on_all(|lane| lane.snapshot())?;
+        let snapshot = parts.into_iter().flatten();
+        Ok(snapshot.map(|(worker, blocks)| (worker, blocks.into_iter().collect())).collect())
     }
 
     /// Events that rebuild an equal index when applied to an empty one, taken after the events
     /// enqueued before the call (each lane dumps its workers at one point of its queue).
     pub fn dump_events(&self) -> Result<Vec<RouterEvent>, LaneDown> {
-        let parts = self.lanes.run_on_all(|lane| {
-            let mut events = Vec::new();
-            let mut workers: Vec<_> = lane.workers().collect();
-            workers.sort_unstable_by_key(|&(worker, _)| worker);
-            for (worker, held) in workers {
-                if held.len() == 0 {
-                    events.push(RouterEvent::stored(worker, 0, None, Vec::new()));
-                }
-                for (parent, blocks, placeholders) in held.dump() {
-                    events.push(RouterEvent::stored(worker, 0, parent, blocks));
-                    if !placeholders.is_empty() {
-                        events.push(RouterEvent::removed(worker, 0, placeholders));
-                    }
-                }
-            }
-            events
-        })?;
+        let parts = self.lanes.run_on_all(|lane| lane.dump_events())?;
         Ok(parts.into_iter().flatten().collect())
     }
 
@@ -237,10 +239,9 @@ impl EventPool {
                 *total += count.load(Ordering::Relaxed);
             }
             stats.live_entries += counters.entries.load(Ordering::Relaxed);
+            stats.nodes += counters.nodes.load(Ordering::Relaxed);
             stats.bytes += counters.bytes.load(Ordering::Relaxed);
         }
-        stats.nodes = self.shared.table.live() as u64;
-        stats.bytes += self.shared.table.bytes() as u64;
         stats
     }
 

@@ -1,10 +1,9 @@
 //! [`IndexLane`]: applies the events of the workers assigned to one lane.
 //!
-//! The lane owns those workers' [`WorkerBlocks`] outright (no lock) and writes membership bits
-//! into the shared table. Each event is all-or-nothing for `Stored` (the whole chain is validated
-//! before anything changes) and best-effort for `Removed` (unknown blocks are skipped and
-//! reported), exactly like the reference index. Membership changes of one event go to the table
-//! as one batch.
+//! The lane owns its workers' engine-hash maps and its [`LaneTrie`] outright (no lock); queries
+//! read the lane's runs through its [`RunTable`]. Each event is all-or-nothing for `Stored` (the
+//! whole chain is validated before anything changes) and best-effort for `Removed` (unknown
+//! blocks are skipped and reported), exactly like the reference index.
 
 use std::collections::HashMap;
 
@@ -12,11 +11,13 @@ use crossbeam_utils::CachePadded;
 
 use crate::event::{ApplyError, ApplyErrorKind, KvEventData, RouterEvent, SequenceHash};
 use crate::event::{StoredBlock, Worker, WorkerId};
-use crate::index::shared::SharedIndex;
-use crate::index::table::BitOp;
-use crate::index::worker_blocks::{Placement, WorkerBlocks};
+use crate::index::lane_trie::{LaneTrie, NodeId};
+use crate::index::probe_map::ProbeMap;
+use crate::index::run_table::RunTable;
+use crate::index::worker_dump::dump_worker;
 use crate::pool::Lane;
-use crate::sync::{Arc, AtomicU64, Ordering, defer_until_unpinned, epoch};
+use crate::sync::epoch::{self, Guard};
+use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
 
 /// Counters one lane publishes (only that lane writes them).
 #[derive(Default)]
@@ -25,6 +26,7 @@ pub(crate) struct LaneCounters {
     pub(crate) block_ops: AtomicU64,
     pub(crate) errors: [AtomicU64; ApplyErrorKind::ALL.len()],
     pub(crate) entries: AtomicU64,
+    pub(crate) nodes: AtomicU64,
     pub(crate) bytes: AtomicU64,
 }
 
@@ -35,16 +37,30 @@ impl LaneCounters {
     }
 }
 
+/// How many (worker, dp_rank) pairs the lanes know, against the configured maximum.
+pub(crate) struct WorkerBudget {
+    pub(crate) known: AtomicUsize,
+    pub(crate) max: usize,
+}
+
+/// One worker's blocks: engine hash → node.
+pub(crate) type HeldBlocks = ProbeMap<NodeId>;
+
 /// One lane's state; see the [module docs](self).
 pub(crate) struct IndexLane {
-    shared: Arc<SharedIndex>,
-    workers: HashMap<Worker, WorkerBlocks, ahash::RandomState>,
+    trie: LaneTrie,
+    workers: HashMap<Worker, HeldBlocks, ahash::RandomState>,
+    budget: Arc<WorkerBudget>,
     counters: Arc<CachePadded<LaneCounters>>,
-    /// Reused buffers: blocks a `Stored` adds, nodes a `Removed` drops, and table changes.
-    pending: Vec<(SequenceHash, Placement, SequenceHash)>,
-    revived: Vec<bool>,
-    removed: Vec<SequenceHash>,
-    ops: Vec<BitOp>,
+    /// Reused buffers of one event: existing nodes a `Stored` newly holds with their names, node
+    /// lists for the trie, engine hashes new to the worker, content hashes of new blocks, the
+    /// last existing node of the chain, and the nodes a `Removed` drops.
+    path: Vec<(SequenceHash, NodeId)>,
+    joined: Vec<NodeId>,
+    fresh: Vec<u64>,
+    appended: Vec<u64>,
+    last_existing: Option<NodeId>,
+    nodes: Vec<NodeId>,
 }
 
 impl Lane for IndexLane {
@@ -55,6 +71,7 @@ impl Lane for IndexLane {
         if let Err(error) = self.apply(&event) {
             LaneCounters::bump(&self.counters.errors[error.kind().index()], 1);
         }
+        self.trim();
         LaneCounters::bump(&self.counters.events, 1);
         LaneCounters::bump(&self.counters.block_ops, ops);
     }
@@ -65,27 +82,37 @@ impl Lane for IndexLane {
 }
 
 impl IndexLane {
-    pub(crate) fn new(shared: Arc<SharedIndex>, counters: Arc<CachePadded<LaneCounters>>) -> Self {
+    pub(crate) fn new(
+        table: Arc<RunTable>,
+        budget: Arc<WorkerBudget>,
+        counters: Arc<CachePadded<LaneCounters>>,
+    ) -> Self {
         Self {
-            shared,
+            trie: LaneTrie::new(table),
             workers: HashMap::default(),
+            budget,
             counters,
-            pending: Vec::new(),
-            revived: Vec::new(),
-            removed: Vec::new(),
-            ops: Vec::new(),
+            path: Vec::new(),
+            joined: Vec::new(),
+            fresh: Vec::new(),
+            appended: Vec::new(),
+            last_existing: None,
+            nodes: Vec::new(),
         }
     }
 
     pub(crate) fn apply(&mut self, event: &RouterEvent) -> Result<(), ApplyError> {
         let worker = event.worker();
+        let guard = epoch::pin();
         match &event.event.data {
-            KvEventData::Stored { parent, blocks } => self.store(worker, *parent, blocks),
-            KvEventData::Removed { blocks } => self.remove(worker, blocks),
+            KvEventData::Stored { parent, blocks } => self.store(worker, *parent, blocks, &guard),
+            KvEventData::Removed { blocks } => self.remove(worker, blocks, &guard),
             KvEventData::Cleared => match self.workers.get_mut(&worker) {
                 Some(held) => {
-                    let nodes = held.drain_nodes();
-                    self.shared.change_holders(held.slot, nodes.into_iter(), false, &mut self.ops);
+                    self.nodes.clear();
+                    self.nodes.extend(held.iter().map(|(_, node)| node));
+                    *held = HeldBlocks::default();
+                    self.trie.release(worker, &self.nodes, &guard);
                     Ok(())
                 }
                 None => Err(ApplyError::UnknownWorker { worker }),
@@ -98,117 +125,160 @@ impl IndexLane {
         worker: Worker,
         parent: Option<SequenceHash>,
         blocks: &[StoredBlock],
+        guard: &Guard,
     ) -> Result<(), ApplyError> {
-        let mut at = match (parent, self.workers.get(&worker)) {
-            (None, _) => None,
-            (Some(parent), Some(held)) => match held.get(parent) {
-                Some(placement) => Some(placement.node()),
+        let start = match parent {
+            None => None,
+            Some(parent) => match self.workers.get(&worker).and_then(|held| held.get(parent.0)) {
+                Some(node) => Some(node),
                 None => return Err(ApplyError::UnknownParent { worker, parent }),
             },
-            (Some(parent), None) => return Err(ApplyError::UnknownParent { worker, parent }),
         };
         let created = !self.workers.contains_key(&worker);
-        let held = match self.workers.entry(worker) {
-            std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
-            std::collections::hash_map::Entry::Vacant(entry) => {
-                let Some(slot) = self.shared.slots.allocate(worker) else {
-                    let capacity = self.shared.slots.capacity();
-                    return Err(ApplyError::TooManyWorkers { worker, capacity });
-                };
-                entry.insert(WorkerBlocks::new(slot))
-            }
-        };
-        // Validate the whole chain before changing anything; the checks are independent reads,
-        // so their cache misses overlap.
-        self.pending.clear();
-        let guard = epoch::pin();
-        let mut rejected = None;
-        for block in blocks {
-            let placement = Placement::new(at, block.local);
-            let node = placement.node();
-            at = Some(node);
-            let ok = match held.get(block.hash) {
-                Some(existing) => existing == placement, // storing twice is a no-op
-                // Not this block under a second name.
-                None if self.shared.holds(node, held.slot, &guard) => false,
-                None => {
-                    self.pending.push((block.hash, placement, node));
-                    true
-                }
-            };
-            if !ok {
-                rejected = Some(block.hash);
-                break;
-            }
+        if created && self.budget.known.fetch_add(1, Ordering::Relaxed) >= self.budget.max {
+            self.budget.known.fetch_sub(1, Ordering::Relaxed);
+            return Err(ApplyError::TooManyWorkers { worker, capacity: self.budget.max });
         }
-        drop(guard);
-        // The same new engine hash twice in one event shows up as a failed insert: undo.
-        if rejected.is_none() {
-            self.revived.clear();
-            for &(hash, placement, node) in &self.pending {
-                match held.insert(hash, placement, node) {
-                    Some(revived) => self.revived.push(revived),
-                    None => {
-                        for (&(hash, _, _), &revived) in
-                            self.pending.iter().zip(&self.revived).rev()
-                        {
-                            held.undo_insert(hash, revived);
-                        }
-                        rejected = Some(hash);
-                        break;
-                    }
-                }
-            }
-        }
-        if let Some(block) = rejected {
+        if let Err(block) = self.validate(worker, start, blocks, guard) {
             if created {
-                // A rejected first event registers nobody (its slot was never published).
-                let slot = held.slot;
-                self.workers.remove(&worker);
-                self.shared.slots.release(slot);
+                // A rejected first event registers nobody.
+                self.budget.known.fetch_sub(1, Ordering::Relaxed);
             }
             return Err(ApplyError::HashConflict { worker, block });
         }
-        let nodes = self.pending.iter().map(|&(_, _, node)| node);
-        self.shared.change_holders(held.slot, nodes, true, &mut self.ops);
+        let held = self.workers.entry(worker).or_default();
+        self.joined.clear();
+        self.joined.extend(self.path.iter().map(|&(_, node)| node));
+        self.trie.add_holder(worker, &self.joined, guard);
+        for &(hash, node) in &self.path {
+            held.insert_new(hash.0, node);
+        }
+        let new = &blocks[blocks.len() - self.appended.len()..];
+        let at = self.last_existing;
+        self.joined.clear();
+        self.trie.append(worker, at, &self.appended, &mut self.joined, guard);
+        for (block, &node) in new.iter().zip(&self.joined) {
+            held.insert_new(block.hash.0, node);
+        }
         Ok(())
     }
 
-    fn remove(&mut self, worker: Worker, blocks: &[SequenceHash]) -> Result<(), ApplyError> {
+    /// Checks a `Stored` chain against the tree and the worker's names, filling `path` (existing
+    /// nodes the worker will newly hold), `last_existing` and `appended` (content hashes of the
+    /// blocks with no node yet). Returns the first offending engine hash.
+    fn validate(
+        &mut self,
+        worker: Worker,
+        start: Option<NodeId>,
+        blocks: &[StoredBlock],
+        guard: &Guard,
+    ) -> Result<(), SequenceHash> {
+        let empty = HeldBlocks::default();
+        let held = self.workers.get(&worker).unwrap_or(&empty);
+        self.path.clear();
+        self.fresh.clear();
+        self.appended.clear();
+        self.last_existing = None;
+        let mut at = start;
+        for block in blocks {
+            let next = match self.appended.is_empty() {
+                true => self.trie.next(at, block.local.0, guard),
+                false => None,
+            };
+            let ok = match held.get(block.hash.0) {
+                // Storing a block twice is a no-op; one name for two blocks is a conflict.
+                Some(node) => Some(node) == next,
+                None => {
+                    self.fresh.push(block.hash.0);
+                    match next {
+                        // Not one block under two names.
+                        Some(node) if self.trie.holds(node, worker, guard) => false,
+                        Some(node) => {
+                            self.path.push((block.hash, node));
+                            true
+                        }
+                        None => true,
+                    }
+                }
+            };
+            if !ok {
+                return Err(block.hash);
+            }
+            match next {
+                Some(node) => at = Some(node),
+                None => self.appended.push(block.local.0),
+            }
+        }
+        self.last_existing = at;
+        // No engine hash new to the worker twice in one event.
+        if self.fresh.len() > 1 {
+            self.fresh.sort_unstable();
+            if let Some(pair) = self.fresh.windows(2).find(|pair| pair[0] == pair[1]) {
+                return Err(SequenceHash(pair[0]));
+            }
+        }
+        Ok(())
+    }
+
+    fn remove(
+        &mut self,
+        worker: Worker,
+        blocks: &[SequenceHash],
+        guard: &Guard,
+    ) -> Result<(), ApplyError> {
         let Some(held) = self.workers.get_mut(&worker) else {
             return Err(ApplyError::UnknownWorker { worker });
         };
         let mut unknown = 0;
         let mut first = None;
-        self.removed.clear();
+        self.nodes.clear();
         for &hash in blocks {
-            match held.remove(hash) {
-                Some(node) => self.removed.push(node),
+            match held.remove(hash.0) {
+                Some(node) => self.nodes.push(node),
                 None => {
                     unknown += 1;
                     first.get_or_insert(hash);
                 }
             }
         }
-        let slot = held.slot;
-        self.shared.change_holders(slot, self.removed.iter().copied(), false, &mut self.ops);
+        self.trie.release(worker, &self.nodes, guard);
         match first {
             None => Ok(()),
             Some(first) => Err(ApplyError::UnknownBlocks { worker, first, count: unknown }),
         }
     }
 
+    /// Keeps memory in line with the live state after large events or mass removals.
+    fn trim(&mut self) {
+        if self.trie.sparse() {
+            let renamed = self.trie.compact();
+            for held in self.workers.values_mut() {
+                held.values_mut().for_each(|node| *node = renamed[*node as usize]);
+            }
+        }
+        const KEEP: usize = 4096;
+        if self.nodes.capacity() > KEEP || self.path.capacity() > KEEP {
+            self.path = Vec::new();
+            self.joined = Vec::new();
+            self.fresh = Vec::new();
+            self.appended = Vec::new();
+            self.nodes = Vec::new();
+        }
+    }
+
     /// Forgets the workers `matches` selects; returns them.
     pub(crate) fn remove_workers(&mut self, matches: impl Fn(Worker) -> bool) -> Vec<Worker> {
         let doomed: Vec<Worker> = self.workers.keys().copied().filter(|&w| matches(w)).collect();
+        let guard = epoch::pin();
         for worker in &doomed {
-            let mut held = self.workers.remove(worker).expect("listed above");
-            let nodes = held.drain_nodes();
-            self.shared.change_holders(held.slot, nodes.into_iter(), false, &mut self.ops);
-            let shared = self.shared.clone();
-            let slot = held.slot;
-            defer_until_unpinned(move || shared.slots.release(slot));
+            let held = self.workers.remove(worker).expect("listed above");
+            self.nodes.clear();
+            self.nodes.extend(held.iter().map(|(_, node)| node));
+            self.trie.release(*worker, &self.nodes, &guard);
+            self.budget.known.fetch_sub(1, Ordering::Relaxed);
         }
+        drop(guard);
+        self.trim();
         self.publish_sizes();
         doomed
     }
@@ -218,14 +288,50 @@ impl IndexLane {
         self.remove_workers(|worker| worker.id == id)
     }
 
-    pub(crate) fn workers(&self) -> impl Iterator<Item = (Worker, &WorkerBlocks)> {
-        self.workers.iter().map(|(&worker, held)| (worker, held))
+    /// The lane's workers.
+    pub(crate) fn workers(&self) -> impl Iterator<Item = Worker> + '_ {
+        self.workers.keys().copied()
+    }
+
+    /// Per worker: each engine hash it holds with our sequence hash of the block.
+    pub(crate) fn snapshot(&self) -> Vec<(Worker, Vec<(SequenceHash, SequenceHash)>)> {
+        self.workers
+            .iter()
+            .map(|(&worker, held)| {
+                let blocks =
+                    held.iter().map(|(hash, node)| (SequenceHash(hash), self.trie.seq(node)));
+                (worker, blocks.collect())
+            })
+            .collect()
+    }
+
+    /// Events that rebuild this lane's workers, in worker order.
+    pub(crate) fn dump_events(&self) -> Vec<RouterEvent> {
+        let mut workers: Vec<_> = self.workers.iter().collect();
+        workers.sort_unstable_by_key(|&(worker, _)| *worker);
+        let guard = epoch::pin();
+        let mut events = Vec::new();
+        for (&worker, held) in workers {
+            if held.len() == 0 {
+                events.push(RouterEvent::stored(worker, 0, None, Vec::new()));
+            }
+            for (parent, blocks, placeholders) in dump_worker(held, &self.trie, &guard) {
+                events.push(RouterEvent::stored(worker, 0, parent, blocks));
+                if !placeholders.is_empty() {
+                    events.push(RouterEvent::removed(worker, 0, placeholders));
+                }
+            }
+        }
+        events
     }
 
     fn publish_sizes(&self) {
-        let entries: usize = self.workers.values().map(WorkerBlocks::len).sum();
-        let bytes: usize = self.workers.values().map(WorkerBlocks::bytes).sum();
+        let entries: usize = self.workers.values().map(HeldBlocks::len).sum();
+        let guard = epoch::pin();
+        let bytes =
+            self.workers.values().map(HeldBlocks::bytes).sum::<usize>() + self.trie.bytes(&guard);
         self.counters.entries.store(entries as u64, Ordering::Relaxed);
+        self.counters.nodes.store(self.trie.node_count() as u64, Ordering::Relaxed);
         self.counters.bytes.store(bytes as u64, Ordering::Relaxed);
     }
 }

@@ -7,13 +7,13 @@
 
 mod event_pool;
 mod lane;
+mod lane_trie;
 mod probe_map;
 mod reference;
+mod run;
+mod run_table;
 mod scores;
-mod shared;
-mod slots;
-mod table;
-mod worker_blocks;
+mod worker_dump;
 
 use std::collections::BTreeMap;
 
@@ -31,8 +31,7 @@ pub type IndexSnapshot = BTreeMap<Worker, BTreeMap<SequenceHash, SequenceHash>>;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod loom_internals {
-    pub use super::shared::SharedIndex;
-    pub use super::slots::WorkerSlots;
-    pub use super::table::NodeTable;
+    pub use super::run::{Run, RunState, walk};
+    pub use super::run_table::RunTable;
     pub use crate::sync::epoch::pin;
 }

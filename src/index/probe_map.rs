@@ -68,13 +68,6 @@ impl<V: Copy + Default> ProbeMap<V> {
         self.find(key).map(|at| self.slots[at].1)
     }
 
-    pub(crate) fn get_mut(&mut self, key: u64) -> Option<&mut V> {
-        if key == EMPTY {
-            return self.empty_key.as_mut();
-        }
-        self.find(key).map(|at| &mut self.slots[at].1)
-    }
-
     pub(crate) fn contains_key(&self, key: u64) -> bool {
         self.get(key).is_some()
     }
@@ -94,19 +87,6 @@ impl<V: Copy + Default> ProbeMap<V> {
             self.len += 1;
         }
         !present
-    }
-
-    /// `get_mut`, inserting `value` first if `key` is absent (one probe).
-    pub(crate) fn get_or_insert(&mut self, key: u64, value: V) -> &mut V {
-        if key == EMPTY {
-            return self.empty_key.get_or_insert(value);
-        }
-        let (at, present) = self.slot_for_insert(key);
-        if !present {
-            self.slots[at] = (key, value);
-            self.len += 1;
-        }
-        &mut self.slots[at].1
     }
 
     /// The slot holding `key` (`true`), or the empty slot it would take (`false`), growing the
@@ -157,6 +137,12 @@ impl<V: Copy + Default> ProbeMap<V> {
         self.empty_key.map(|value| (EMPTY, value)).into_iter().chain(stored)
     }
 
+    /// Every value, to rewrite in place.
+    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut V> + '_ {
+        let stored = self.slots.iter_mut().filter(|slot| slot.0 != EMPTY).map(|slot| &mut slot.1);
+        self.empty_key.as_mut().into_iter().chain(stored)
+    }
+
     /// Reallocates for at least `room` entries (at most 1/2 load when `room = 2·len`).
     fn resize(&mut self, room: usize) {
         let slots = room.next_power_of_two().max(MIN_SLOTS);
@@ -197,8 +183,8 @@ mod tests {
                     }
                     1 => prop_assert_eq!(map.remove(key), model.remove(&key)),
                     _ => {
-                        *map.get_or_insert(key, 0) += 1;
-                        *model.entry(key).or_insert(0) += 1;
+                        map.values_mut().for_each(|v| *v += 1);
+                        model.values_mut().for_each(|v| *v += 1);
                     }
                 }
                 prop_assert_eq!(map.len(), model.len());

@@ -23,6 +23,10 @@ impl OverlapScores {
         Self { scores }
     }
 
+    pub(crate) fn into_pairs(self) -> Vec<(Worker, u32)> {
+        self.scores
+    }
+
     /// The depth `worker` matched, or 0.
     pub fn get(&self, worker: Worker) -> u32 {
         self.scores.iter().find(|(w, _)| *w == worker).map_or(0, |&(_, depth)| depth)

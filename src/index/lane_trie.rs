@@ -1,0 +1,463 @@
+//! [`LaneTrie`]: the writer's side of one lane's tree: the runs its workers' blocks form, and
+//! where each block (node) sits in them.
+//!
+//! The tree is the reference tree with chains compressed: a [`Run`] is a chain of nodes with the
+//! same holders that branches only at its last node. Holders change a run at a time, so when a
+//! worker starts or stops holding part of a run, the run is split there first. A run with no
+//! holders stays while it has children (it is the path to them) and goes, with any ancestors
+//! left as bare paths, when its last child goes, exactly like the reference's pruning.
+//!
+//! Publication order keeps concurrent readers on states that existed: a split inserts the new
+//! tail run into the table before it shortens the head, and every change replaces a run's whole
+//! [`RunState`].
+
+use crate::event::{LocalBlockHash, SequenceHash, Worker};
+use crate::hash::next_sequence_hash;
+use crate::index::run::{Run, RunId, RunState};
+use crate::index::run_table::RunTable;
+use crate::sync::epoch::{Guard, Published};
+use crate::sync::{Arc, AtomicU32, Ordering, shared_slice};
+
+/// Identifies a node (one block's place in the tree) to its lane.
+pub(crate) type NodeId = u32;
+
+/// The parent of root runs.
+const ROOT: RunId = RunId::MAX;
+
+/// Appending to a run copies it; beyond this many blocks, and unless the appended part is at
+/// least a quarter of the result, a new run is cheaper.
+const COPY_APPEND_LIMIT: usize = 256;
+
+#[derive(Clone, Copy, Debug, Default)]
+struct NodePos {
+    run: RunId,
+    offset: u32,
+}
+
+struct RunMeta {
+    run: Arc<Run>,
+    /// The run whose last node is this run's first node's parent, or [`ROOT`].
+    parent: RunId,
+    children: Vec<RunId>,
+    /// The node at each offset, and its sequence hash.
+    ids: Vec<NodeId>,
+    seqs: Vec<u64>,
+}
+
+/// See the [module docs](self).
+pub(crate) struct LaneTrie {
+    table: Arc<RunTable>,
+    runs: Vec<Option<RunMeta>>,
+    free_runs: Vec<RunId>,
+    nodes: Vec<NodePos>,
+    free_nodes: Vec<NodeId>,
+    /// Reused buffer for [`Self::release`].
+    spots: Vec<(RunId, u32)>,
+}
+
+impl LaneTrie {
+    pub(crate) fn new(table: Arc<RunTable>) -> Self {
+        Self {
+            table,
+            runs: Vec::new(),
+            free_runs: Vec::new(),
+            nodes: Vec::new(),
+            free_nodes: Vec::new(),
+            spots: Vec::new(),
+        }
+    }
+
+    fn meta(&self, run: RunId) -> &RunMeta {
+        self.runs[run as usize].as_ref().expect("live run")
+    }
+
+    fn meta_mut(&mut self, run: RunId) -> &mut RunMeta {
+        self.runs[run as usize].as_mut().expect("live run")
+    }
+
+    /// The current state of `run`; `guard` keeps it alive after a later change retires it.
+    fn state<'g>(&self, run: RunId, guard: &'g Guard) -> &'g RunState {
+        self.meta(run).run.state.load(guard)
+    }
+
+    /// Live nodes.
+    pub(crate) fn node_count(&self) -> usize {
+        self.nodes.len() - self.free_nodes.len()
+    }
+
+    /// Our sequence hash of `node`.
+    pub(crate) fn seq(&self, node: NodeId) -> SequenceHash {
+        let pos = self.nodes[node as usize];
+        SequenceHash(self.meta(pos.run).seqs[pos.offset as usize])
+    }
+
+    /// The content hash of `node`.
+    pub(crate) fn local(&self, node: NodeId, guard: &Guard) -> LocalBlockHash {
+        let pos = self.nodes[node as usize];
+        LocalBlockHash(self.state(pos.run, guard).locals[pos.offset as usize])
+    }
+
+    /// The parent of `node`, `None` for a root block.
+    pub(crate) fn parent(&self, node: NodeId) -> Option<NodeId> {
+        let pos = self.nodes[node as usize];
+        let meta = self.meta(pos.run);
+        if pos.offset > 0 {
+            return Some(meta.ids[pos.offset as usize - 1]);
+        }
+        (meta.parent != ROOT).then(|| *self.meta(meta.parent).ids.last().expect("non-empty run"))
+    }
+
+    /// Whether `worker` holds `node`.
+    pub(crate) fn holds(&self, node: NodeId, worker: Worker, guard: &Guard) -> bool {
+        self.state(self.nodes[node as usize].run, guard).holds(worker)
+    }
+
+    /// The child of `at` (the root if `None`) with content `local`, if it exists.
+    pub(crate) fn next(&self, at: Option<NodeId>, local: u64, guard: &Guard) -> Option<NodeId> {
+        let parent_seq = match at {
+            None => None,
+            Some(node) => {
+                let pos = self.nodes[node as usize];
+                let meta = self.meta(pos.run);
+                let offset = pos.offset as usize + 1;
+                if offset < meta.ids.len() {
+                    let state = self.state(pos.run, guard);
+                    return (state.locals[offset] == local).then(|| meta.ids[offset]);
+                }
+                Some(SequenceHash(meta.seqs[offset - 1]))
+            }
+        };
+        let key = next_sequence_hash(parent_seq, LocalBlockHash(local)).0;
+        let run = self.table.get(key, guard)?;
+        let id = run.id.load(Ordering::Relaxed);
+        (self.state(id, guard).locals[0] == local).then(|| self.meta(id).ids[0])
+    }
+
+    /// Makes `worker` a holder of `path`: consecutive nodes of one branch (skipping ones it
+    /// holds), none of which it holds.
+    pub(crate) fn add_holder(&mut self, worker: Worker, path: &[NodeId], guard: &Guard) {
+        let mut at = 0;
+        while at < path.len() {
+            let pos = self.nodes[path[at] as usize];
+            let mut end = at + 1;
+            while end < path.len() && self.nodes[path[end] as usize].run == pos.run {
+                end += 1;
+            }
+            let first = pos.offset;
+            let last = first + (end - at) as u32 - 1;
+            let run = self.isolate(pos.run, first, last, guard);
+            let state = self.state(run, guard);
+            let mut members = state.members.to_vec();
+            let slot = members.binary_search(&worker).expect_err("not a holder yet");
+            members.insert(slot, worker);
+            self.set_members(run, members.into_boxed_slice(), guard);
+            at = end;
+        }
+    }
+
+    /// Adds a branch held by `worker` below `at` (the root if `None`), which `worker` holds if
+    /// it is a node; appends the new nodes to `out`.
+    pub(crate) fn append(
+        &mut self,
+        worker: Worker,
+        at: Option<NodeId>,
+        locals: &[u64],
+        out: &mut Vec<NodeId>,
+        guard: &Guard,
+    ) {
+        if locals.is_empty() {
+            return;
+        }
+        let mut seq = at.map(|node| self.seq(node));
+        let seqs: Vec<u64> = locals
+            .iter()
+            .map(|&local| {
+                let next = next_sequence_hash(seq, LocalBlockHash(local));
+                seq = Some(next);
+                next.0
+            })
+            .collect();
+        let parent = match at {
+            None => ROOT,
+            Some(node) => {
+                let pos = self.nodes[node as usize];
+                if pos.offset as usize + 1 < self.meta(pos.run).ids.len() {
+                    self.split(pos.run, pos.offset + 1, guard);
+                }
+                pos.run
+            }
+        };
+        let first = out.len();
+        if parent != ROOT && self.extends_in_place(parent, worker, locals.len(), guard) {
+            let state = self.state(parent, guard);
+            let offset = state.locals.len();
+            let joined: Vec<u64> = state.locals.iter().chain(locals).copied().collect();
+            for step in 0..locals.len() {
+                let pos = NodePos { run: parent, offset: (offset + step) as u32 };
+                out.push(self.alloc_node(pos));
+            }
+            let tail_seq = *seqs.last().expect("non-empty");
+            let members = state.members.clone();
+            let meta = self.meta_mut(parent);
+            meta.ids.extend_from_slice(&out[first..]);
+            meta.seqs.extend_from_slice(&seqs);
+            let locals = shared_slice(&joined);
+            meta.run.state.replace(RunState { locals, tail_seq, members });
+        } else {
+            let state = RunState {
+                locals: shared_slice(locals),
+                tail_seq: *seqs.last().expect("non-empty"),
+                members: Box::new([worker]),
+            };
+            let ids = (0..locals.len()).map(|_| self.alloc_node(NodePos::default())).collect();
+            let run = self.add_run(parent, state, ids, seqs, Vec::new(), guard);
+            out.extend_from_slice(&self.meta(run).ids);
+        }
+    }
+
+    /// Whether a branch of `len` blocks held by `worker` alone is best appended to `run`.
+    fn extends_in_place(&self, run: RunId, worker: Worker, len: usize, guard: &Guard) -> bool {
+        let meta = self.meta(run);
+        let state = self.state(run, guard);
+        let have = state.locals.len();
+        meta.children.is_empty()
+            && *state.members == [worker]
+            && (have + len <= COPY_APPEND_LIMIT || have <= 4 * len)
+    }
+
+    /// Drops `worker` as a holder of `nodes`, all of which it holds.
+    pub(crate) fn release(&mut self, worker: Worker, nodes: &[NodeId], guard: &Guard) {
+        let mut spots = std::mem::take(&mut self.spots);
+        spots.clear();
+        spots.extend(nodes.iter().map(|&node| {
+            let pos = self.nodes[node as usize];
+            (pos.run, pos.offset)
+        }));
+        // Per run from its last offset down, so splitting off a released stretch leaves the
+        // offsets still to do where they were.
+        spots.sort_unstable_by(|a, b| b.cmp(a));
+        let mut at = 0;
+        while at < spots.len() {
+            let (run, last) = spots[at];
+            let mut first = last;
+            at += 1;
+            while at < spots.len() && spots[at] == (run, first.wrapping_sub(1)) {
+                first -= 1;
+                at += 1;
+            }
+            self.release_stretch(worker, run, first, last, guard);
+        }
+        self.spots = spots;
+    }
+
+    fn release_stretch(&mut self, worker: Worker, run: RunId, first: u32, last: u32, g: &Guard) {
+        let state = self.state(run, g);
+        let members: Box<[Worker]> =
+            state.members.iter().copied().filter(|&w| w != worker).collect();
+        let len = state.locals.len() as u32;
+        if last + 1 == len && members.is_empty() && self.meta(run).children.is_empty() {
+            // Nothing holds or hangs below the stretch any more: cut it off.
+            if first == 0 {
+                self.remove_run(run, g);
+            } else {
+                self.truncate(run, first, g);
+            }
+            return;
+        }
+        let run = self.isolate(run, first, last, g);
+        self.set_members(run, members, g);
+    }
+
+    /// Splits `run` so that offsets `first..=last` form a run of their own; returns it.
+    fn isolate(&mut self, run: RunId, first: u32, last: u32, guard: &Guard) -> RunId {
+        if last as usize + 1 < self.meta(run).ids.len() {
+            self.split(run, last + 1, guard);
+        }
+        if first > 0 { self.split(run, first, guard) } else { run }
+    }
+
+    /// Splits `run` before `offset` (inside it): the nodes from `offset` on move to a new run
+    /// that takes over the children. Returns the new run.
+    fn split(&mut self, run: RunId, offset: u32, guard: &Guard) -> RunId {
+        let state = self.state(run, guard);
+        let at = offset as usize;
+        let meta = self.meta_mut(run);
+        let ids = meta.ids.split_off(at);
+        let seqs = meta.seqs.split_off(at);
+        meta.ids.shrink_to_fit();
+        meta.seqs.shrink_to_fit();
+        let head_tail_seq = meta.seqs[at - 1];
+        let children = std::mem::take(&mut meta.children);
+        let tail = RunState {
+            locals: shared_slice(&state.locals[at..]),
+            tail_seq: state.tail_seq,
+            members: state.members.clone(),
+        };
+        // The tail is findable before the head stops covering it.
+        let new = self.add_run(run, tail, ids, seqs, children, guard);
+        let head = RunState {
+            locals: shared_slice(&state.locals[..at]),
+            tail_seq: head_tail_seq,
+            members: state.members.clone(),
+        };
+        self.meta(run).run.state.replace(head);
+        new
+    }
+
+    /// Shortens `run` (no children) to its first `len` nodes.
+    fn truncate(&mut self, run: RunId, len: u32, guard: &Guard) {
+        let state = self.state(run, guard);
+        let at = len as usize;
+        let meta = self.meta_mut(run);
+        let dropped = meta.ids.split_off(at);
+        meta.seqs.truncate(at);
+        meta.ids.shrink_to_fit();
+        meta.seqs.shrink_to_fit();
+        let head = RunState {
+            locals: shared_slice(&state.locals[..at]),
+            tail_seq: meta.seqs[at - 1],
+            members: state.members.clone(),
+        };
+        meta.run.state.replace(head);
+        self.free_nodes.extend(dropped);
+    }
+
+    fn set_members(&mut self, run: RunId, members: Box<[Worker]>, guard: &Guard) {
+        let state = self.state(run, guard);
+        let next = RunState { locals: state.locals.clone(), tail_seq: state.tail_seq, members };
+        self.meta(run).run.state.replace(next);
+    }
+
+    fn alloc_node(&mut self, pos: NodePos) -> NodeId {
+        match self.free_nodes.pop() {
+            Some(node) => {
+                self.nodes[node as usize] = pos;
+                node
+            }
+            None => {
+                self.nodes.push(pos);
+                (self.nodes.len() - 1) as NodeId
+            }
+        }
+    }
+
+    /// Registers and publishes a run below `parent`.
+    fn add_run(
+        &mut self,
+        parent: RunId,
+        state: RunState,
+        ids: Vec<NodeId>,
+        seqs: Vec<u64>,
+        children: Vec<RunId>,
+        guard: &Guard,
+    ) -> RunId {
+        let id = match self.free_runs.pop() {
+            Some(id) => id,
+            None => {
+                self.runs.push(None);
+                (self.runs.len() - 1) as RunId
+            }
+        };
+        for (offset, &node) in ids.iter().enumerate() {
+            self.nodes[node as usize] = NodePos { run: id, offset: offset as u32 };
+        }
+        for &child in &children {
+            self.meta_mut(child).parent = id;
+        }
+        let run = Arc::new(Run { id: AtomicU32::new(id), state: Published::new(state) });
+        self.table.insert(seqs[0], run.clone(), guard);
+        self.runs[id as usize] = Some(RunMeta { run, parent, children, ids, seqs });
+        if parent != ROOT {
+            self.meta_mut(parent).children.push(id);
+        }
+        id
+    }
+
+    /// Unlinks `run` (no holders, no children), then any ancestor left as a bare path.
+    fn remove_run(&mut self, mut run: RunId, guard: &Guard) {
+        loop {
+            let meta = self.runs[run as usize].take().expect("live run");
+            self.free_runs.push(run);
+            self.table.remove(meta.seqs[0], guard);
+            self.free_nodes.extend_from_slice(&meta.ids);
+            let parent = meta.parent;
+            if parent == ROOT {
+                return;
+            }
+            let siblings = &mut self.meta_mut(parent).children;
+            let at = siblings.iter().position(|&child| child == run).expect("a child");
+            siblings.swap_remove(at);
+            if !siblings.is_empty() || !self.state(parent, guard).members.is_empty() {
+                return;
+            }
+            run = parent;
+        }
+    }
+
+    /// Whether enough nodes or runs are free that [`Self::compact`] pays.
+    pub(crate) fn sparse(&self) -> bool {
+        let sparse = |free: usize, all: usize| all >= 1024 && free * 2 > all;
+        sparse(self.free_nodes.len(), self.nodes.len())
+            || sparse(self.free_runs.len(), self.runs.len())
+    }
+
+    /// Renumbers the live nodes and runs densely so memory follows the live state after mass
+    /// removals. Returns the new id of each old node id (`NodeId::MAX` for free ones): the
+    /// caller renames the nodes it refers to.
+    pub(crate) fn compact(&mut self) -> Vec<NodeId> {
+        let mut node_map = vec![NodeId::MAX; self.nodes.len()];
+        let mut run_map = vec![ROOT; self.runs.len()];
+        let mut runs: Vec<Option<RunMeta>> =
+            Vec::with_capacity(self.runs.len() - self.free_runs.len());
+        for (old, meta) in self.runs.iter_mut().enumerate() {
+            if let Some(meta) = meta.take() {
+                run_map[old] = runs.len() as RunId;
+                runs.push(Some(meta));
+            }
+        }
+        let mut nodes = Vec::with_capacity(self.nodes.len() - self.free_nodes.len());
+        for (id, meta) in runs.iter_mut().enumerate() {
+            let meta = meta.as_mut().expect("compacted runs are live");
+            meta.run.id.store(id as RunId, Ordering::Relaxed);
+            if meta.parent != ROOT {
+                meta.parent = run_map[meta.parent as usize];
+            }
+            meta.children.iter_mut().for_each(|child| *child = run_map[*child as usize]);
+            for (offset, node) in meta.ids.iter_mut().enumerate() {
+                node_map[*node as usize] = nodes.len() as NodeId;
+                *node = nodes.len() as NodeId;
+                nodes.push(NodePos { run: id as RunId, offset: offset as u32 });
+            }
+        }
+        self.runs = runs;
+        self.nodes = nodes;
+        self.free_runs = Vec::new();
+        self.free_nodes = Vec::new();
+        node_map
+    }
+
+    /// Heap bytes: the runs (shared and private parts), the node positions and the table.
+    pub(crate) fn bytes(&self, guard: &Guard) -> usize {
+        let runs: usize = self
+            .runs
+            .iter()
+            .flatten()
+            .map(|meta| {
+                let state = meta.run.state.load(guard);
+                size_of::<Run>()
+                    + 2 * size_of::<usize>() // the `Arc` counts
+                    + size_of::<RunState>()
+                    + state.locals.len() * 8
+                    + 2 * size_of::<usize>()
+                    + state.members.len() * size_of::<Worker>()
+                    + meta.children.capacity() * 4
+                    + meta.ids.capacity() * 4
+                    + meta.seqs.capacity() * 8
+            })
+            .sum();
+        runs + self.runs.capacity() * size_of::<Option<RunMeta>>()
+            + (self.free_runs.capacity() + self.free_nodes.capacity()) * 4
+            + self.nodes.capacity() * size_of::<NodePos>()
+            + self.table.bytes(guard)
+    }
+}

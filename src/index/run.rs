@@ -1,0 +1,91 @@
+//! [`Run`]: a chain of tree nodes that the same workers hold and that only branches at its end,
+//! the unit a lane's tree is made of, and the lock-free walk queries take over one lane's runs.
+//!
+//! A run's state (its content hashes, the sequence hash of its last block, its holders) is one
+//! immutable [`RunState`] that the lane replaces whole, so a reader always sees a consistent run.
+//! Runs are found by key (our sequence hash of their first block) in the lane's [`RunTable`];
+//! the key of the run after a matched run follows from its last sequence hash and the query's
+//! next content hash, so a query hashes once per run, not once per block.
+
+use crate::event::{LocalBlockHash, SequenceHash, Worker};
+use crate::hash::next_sequence_hash;
+use crate::index::run_table::RunTable;
+use crate::sync::epoch::{Guard, Published};
+use crate::sync::{Arc, AtomicU32};
+
+/// Identifies a run to its lane (an index into the lane's arena).
+pub(crate) type RunId = u32;
+
+/// See the [module docs](self).
+pub(crate) struct Run {
+    /// The lane's id for this run, so a lookup by key leads the writer to its bookkeeping
+    /// (only the writer uses it; atomic so it can renumber runs while readers hold them).
+    pub(crate) id: AtomicU32,
+    pub(crate) state: Published<RunState>,
+}
+
+/// One published version of a run.
+pub(crate) struct RunState {
+    /// The content hash of each block, shared between versions that differ in holders only.
+    pub(crate) locals: Arc<[u64]>,
+    /// Our sequence hash of the last block.
+    pub(crate) tail_seq: u64,
+    /// The workers holding every block of the run, sorted.
+    pub(crate) members: Box<[Worker]>,
+}
+
+impl RunState {
+    pub(crate) fn holds(&self, worker: Worker) -> bool {
+        self.members.binary_search(&worker).is_ok()
+    }
+}
+
+/// How many leading entries of `query` equal `locals`.
+fn common_prefix(locals: &[u64], query: &[LocalBlockHash]) -> usize {
+    locals.iter().zip(query).take_while(|(l, q)| **l == q.0).count()
+}
+
+/// Walks one lane's runs along `query` and appends, per worker of the lane that matches, how
+/// many leading blocks it holds (the reference tree's rule: a worker counts until the first
+/// block it does not hold).
+pub(crate) fn walk(
+    table: &RunTable,
+    query: &[LocalBlockHash],
+    guard: &Guard,
+    active: &mut Vec<Worker>,
+    out: &mut Vec<(Worker, u32)>,
+) {
+    active.clear();
+    let Some(&first) = query.first() else { return };
+    let mut key = next_sequence_hash(None, first).0;
+    let mut at = 0;
+    let mut started = false;
+    while let Some(run) = table.get(key, guard) {
+        let state = run.state.load(guard);
+        let matched = common_prefix(&state.locals, &query[at..]);
+        if matched == 0 {
+            break; // a 64-bit key collision
+        }
+        if started {
+            active.retain(|worker| {
+                let keep = state.holds(*worker);
+                if !keep {
+                    out.push((*worker, at as u32));
+                }
+                keep
+            });
+        } else {
+            active.extend_from_slice(&state.members);
+            started = true;
+        }
+        if active.is_empty() {
+            return;
+        }
+        at += matched;
+        if matched < state.locals.len() || at == query.len() {
+            break;
+        }
+        key = next_sequence_hash(Some(SequenceHash(state.tail_seq)), query[at]).0;
+    }
+    out.extend(active.iter().map(|&worker| (worker, at as u32)));
+}

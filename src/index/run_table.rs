@@ -1,0 +1,182 @@
+//! [`RunTable`]: one lane's map from a run's key (our sequence hash of its first block) to the
+//! run. Only the lane writes it; queries read it without locks.
+//!
+//! Open addressing over (key, pointer) slots. Within one array a slot's key, once set, never
+//! changes: removing a run nulls its pointer and leaves the key as a tombstone, which only the
+//! same key may reuse. So a reader that finds its key has found the one slot that can hold it,
+//! and a reader never sees a key paired with another key's run. When keyed slots pass 3/4 of the
+//! array (or live ones fall below 1/8), the writer copies the live entries into an array sized for
+//! them and publishes it through the epoch, so memory follows the live runs.
+//!
+//! Every live slot owns one strong count of its run (`Arc::into_raw`). A removed run's count is
+//! given back only once no pinned reader can still hold the pointer.
+
+use crate::index::run::Run;
+use crate::sync::epoch::{Guard, Published};
+use crate::sync::{Arc, AtomicPtr, AtomicU64, AtomicUsize, Ordering, defer_until_unpinned};
+
+/// Marks a never-used slot. A real key equal to it is stored as [`ZERO_KEY_STAND_IN`].
+const EMPTY: u64 = 0;
+const ZERO_KEY_STAND_IN: u64 = u64::MAX;
+const MIN_SLOTS: usize = 16;
+
+fn stored_key(key: u64) -> u64 {
+    if key == EMPTY { ZERO_KEY_STAND_IN } else { key }
+}
+
+struct Slot {
+    key: AtomicU64,
+    run: AtomicPtr<Run>,
+}
+
+struct Slots {
+    slots: Box<[Slot]>,
+}
+
+impl Slots {
+    fn with_capacity(capacity: usize) -> Self {
+        let slots = (0..capacity)
+            .map(|_| Slot { key: AtomicU64::new(EMPTY), run: AtomicPtr::new(std::ptr::null_mut()) })
+            .collect();
+        Self { slots }
+    }
+
+    fn mask(&self) -> usize {
+        self.slots.len() - 1
+    }
+
+    /// The slot holding `key`, or else the empty slot that ends its probe sequence.
+    fn probe(&self, key: u64) -> &Slot {
+        let mask = self.mask();
+        let mut at = key as usize & mask;
+        loop {
+            let slot = &self.slots[at];
+            let found = slot.key.load(Ordering::Acquire);
+            if found == key || found == EMPTY {
+                return slot;
+            }
+            at = (at + 1) & mask;
+        }
+    }
+}
+
+/// See the [module docs](self).
+pub(crate) struct RunTable {
+    current: Published<Slots>,
+    /// Slots with a key (live or tombstone) and slots with a run, kept by the writer.
+    keyed: AtomicUsize,
+    live: AtomicUsize,
+}
+
+// A raw run pointer moved into a deferred release.
+struct OwnedRun(*const Run);
+// SAFETY: the pointer carries one strong count of an `Arc<Run>`, and `Run` is `Send + Sync`, so
+// releasing it on another thread is what dropping that `Arc` there would do.
+unsafe impl Send for OwnedRun {}
+
+impl OwnedRun {
+    fn release(self) {
+        // SAFETY: the pointer came from `Arc::into_raw` and its count is released exactly once.
+        drop(unsafe { Arc::from_raw(self.0) });
+    }
+}
+
+impl Default for RunTable {
+    fn default() -> Self {
+        Self {
+            current: Published::new(Slots::with_capacity(MIN_SLOTS)),
+            keyed: AtomicUsize::new(0),
+            live: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl RunTable {
+    /// The run keyed `key`, if any. Safe against concurrent writes; `guard` keeps it alive.
+    pub(crate) fn get<'g>(&self, key: u64, guard: &'g Guard) -> Option<&'g Run> {
+        let slots = self.current.load(guard);
+        let slot = slots.probe(stored_key(key));
+        let run = slot.run.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer was stored (with release, after the run was built) by
+        // `insert` and owns a strong count. That count is released only through
+        // `defer_until_unpinned` after the pointer is unlinked from every array a reader can
+        // still load, so it outlives our pin (`'g`). An empty slot holds null.
+        unsafe { run.as_ref() }
+    }
+
+    /// Publishes `run` under `key`, which must not be live. Writer only.
+    pub(crate) fn insert(&self, key: u64, run: Arc<Run>, guard: &Guard) {
+        let key = stored_key(key);
+        if self.keyed.load(Ordering::Relaxed) + 1 > self.capacity(guard) / 4 * 3 {
+            self.rebuild(self.live.load(Ordering::Relaxed) + 1, guard);
+        }
+        let slot = self.current.load(guard).probe(key);
+        debug_assert!(slot.run.load(Ordering::Relaxed).is_null(), "key {key:#x} is live");
+        slot.run.store(Arc::into_raw(run).cast_mut(), Ordering::Release);
+        if slot.key.load(Ordering::Relaxed) == EMPTY {
+            // Published after the pointer: a reader that sees the key sees the run.
+            slot.key.store(key, Ordering::Release);
+            self.keyed.store(self.keyed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        }
+        self.live.store(self.live.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    /// Unlinks the run keyed `key` (it must be live); its count is released once readers that
+    /// may hold it are gone. Writer only.
+    pub(crate) fn remove(&self, key: u64, guard: &Guard) {
+        let slot = self.current.load(guard).probe(stored_key(key));
+        let run = slot.run.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        assert!(!run.is_null(), "removing a run that is not in the table");
+        let owned = OwnedRun(run);
+        defer_until_unpinned(move || owned.release());
+        let live = self.live.load(Ordering::Relaxed) - 1;
+        self.live.store(live, Ordering::Relaxed);
+        if self.capacity(guard) > MIN_SLOTS && live < self.capacity(guard) / 8 {
+            self.rebuild(live, guard);
+        }
+    }
+
+    fn capacity(&self, guard: &Guard) -> usize {
+        self.current.load(guard).slots.len()
+    }
+
+    /// Heap bytes of the slot array.
+    pub(crate) fn bytes(&self, guard: &Guard) -> usize {
+        self.capacity(guard) * size_of::<Slot>()
+    }
+
+    /// Moves the live entries into a fresh array with room for `live` at most half full. The
+    /// pointers move with their counts; the old array is retired without releasing them.
+    fn rebuild(&self, live: usize, guard: &Guard) {
+        let capacity = (live * 2).next_power_of_two().max(MIN_SLOTS);
+        let fresh = Slots::with_capacity(capacity);
+        let mut moved = 0;
+        for slot in self.current.load(guard).slots.iter() {
+            let run = slot.run.load(Ordering::Relaxed);
+            if run.is_null() {
+                continue;
+            }
+            let key = slot.key.load(Ordering::Relaxed);
+            let target = fresh.probe(key);
+            target.run.store(run, Ordering::Relaxed);
+            target.key.store(key, Ordering::Relaxed);
+            moved += 1;
+        }
+        // `replace` publishes with release, so readers of the new array see its slots.
+        self.current.replace(fresh);
+        self.keyed.store(moved, Ordering::Relaxed);
+    }
+}
+
+impl Drop for RunTable {
+    fn drop(&mut self) {
+        // `&mut self`: no reader is left, so the live counts can go now.
+        let guard = crate::sync::epoch::pin();
+        for slot in self.current.load(&guard).slots.iter() {
+            let run = slot.run.swap(std::ptr::null_mut(), Ordering::Relaxed);
+            if !run.is_null() {
+                OwnedRun(run).release();
+            }
+        }
+    }
+}
