@@ -39,8 +39,9 @@
 //!
 //! [`index::EventPool`] applies each worker's events in order on that worker's lane; after
 //! [`index::EventPool::flush`] returns, every event enqueued before it is visible to queries.
-//! A query runs concurrently with ingestion and never waits for a lane; it sees each block's
-//! membership either before or after a concurrent change.
+//! A query runs concurrently with ingestion and never waits for a lane. It sees each run (a chain
+//! of blocks with the same holders) either before or after a concurrent change; an event that
+//! changes several runs may be seen half-applied, as a prefix of the worker's chain.
 //!
 //! ## Performance
 //!

@@ -23,7 +23,7 @@ proptest! {
         check(&ops, 2)?;
     }
 
-    /// Over 64 workers: membership words beyond the first, and their summary.
+    /// Many workers: long holder lists on shared runs, split and merged by many workers.
     #[test]
     fn many_workers(ops in prop::collection::vec(op_among(100, 3, 6), 100..300)) {
         check(&ops, 2)?;

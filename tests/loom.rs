@@ -1,105 +1,136 @@
 //! Loom models of kvroute's own synchronization (run with `--cfg loom`, see the README):
-//! node publication vs a reader, reuse of a dead slot, two lanes changing one node's membership,
-//! the pool's flush barrier, worker removal racing a reader, and one deliberately wrong protocol
-//! that loom must catch.
+//! the run table's slot protocol, publication of a new run vs a reader, a split (a second worker joining part of a run) vs a
+//! reader, two lanes changing who holds one prefix while a query merges both, worker removal
+//! racing a reader, the pool's flush barrier, and one deliberately wrong protocol that loom
+//! must catch.
 #![cfg(loom)]
 
-use kvroute::index::loom_internals::{NodeTable, SharedIndex, pin};
+use kvroute::Worker;
+use kvroute::index::loom_internals::{LoomLane, LoomTable};
 use kvroute::pool::{Lane, StickyPool};
-use kvroute::{LocalBlockHash, Worker};
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::thread;
 
+fn w(id: u64) -> Worker {
+    Worker::new(id, 0)
+}
+
+// Readers run on spawned threads and writers on the model's main thread: that is the shape in
+// which loom explores every interleaving of the two here.
+
 #[test]
-fn a_new_node_is_seen_whole_or_not_at_all() {
+fn a_new_run_is_seen_whole_or_not_at_all() {
     loom::model(|| {
-        let table = Arc::new(NodeTable::new());
-        let writer = {
-            let table = table.clone();
-            thread::spawn(move || {
-                table.set_bits(7, 0b101);
-            })
-        };
-        let seen = table.get(7, &pin());
-        assert!(seen == 0 || seen == 0b101, "saw a partial word {seen:#b}");
-        writer.join().unwrap();
-        assert_eq!(table.get(7, &pin()), 0b101);
+        let mut lane = LoomLane::default();
+        let reader = lane.reader();
+        let query = thread::spawn(move || reader.find_matches(&[1, 2]));
+        lane.append(w(1), None, &[1, 2]);
+        let seen = query.join().unwrap();
+        assert!(seen.is_empty() || seen == vec![(w(1), 2)], "saw {seen:?}");
+        assert_eq!(lane.reader().find_matches(&[1, 2]), vec![(w(1), 2)]);
     });
 }
 
+/// Keys 1 and 17 share a home slot. While key 1 is inserted into the empty slot that ends
+/// key 17's probe sequence, the slot briefly holds key 1's run but no key yet: a lookup of 17
+/// must not take that run (miri caught an early reader that did).
 #[test]
-fn a_reused_dead_slot_never_lends_its_word_to_the_old_key() {
+fn a_lookup_never_takes_a_run_from_a_slot_being_filled() {
     loom::model(|| {
-        let table = Arc::new(NodeTable::new());
-        // 5 and 21 probe from the same slot of the same shard; 5 dies, 21 reuses its slot.
-        table.set_bits(5, 1);
-        table.clear_bits(5, 1);
-        let writer = {
-            let table = table.clone();
-            thread::spawn(move || {
-                table.set_bits(21, 2);
-            })
-        };
-        assert_eq!(table.get(5, &pin()), 0);
-        let new = table.get(21, &pin());
-        assert!(new == 0 || new == 2);
-        writer.join().unwrap();
-        assert_eq!(table.get(21, &pin()), 2);
+        let table = LoomTable::default();
+        let reader = table.clone();
+        let query = thread::spawn(move || (reader.get(17), reader.get(1)));
+        table.insert(1, &[10, 11]);
+        let (other, own) = query.join().unwrap();
+        assert_eq!(other, None);
+        assert!(own.is_none() || own == Some(vec![10, 11]), "saw {own:?}");
     });
 }
 
-/// Slots 64 and 65 share membership word 1, whose emptiness the node's summary word tracks.
+/// A removed key's tombstone is reused only by that key, so a reader of another key passing
+/// over it never sees a run, and the key's own reader sees it before or after.
 #[test]
-fn two_lanes_changing_one_word_keep_the_summary_right() {
+fn a_tombstone_is_reused_only_by_its_own_key() {
     loom::model(|| {
-        let index = Arc::new(SharedIndex::new(128));
-        let workers: Vec<Worker> = (0..66).map(|id| Worker::new(id, 0)).collect();
-        for &worker in &workers {
-            index.slots.allocate(worker).unwrap();
+        let table = LoomTable::default();
+        table.insert(1, &[10]);
+        table.remove(1);
+        let reader = table.clone();
+        let query = thread::spawn(move || (reader.get(17), reader.get(1)));
+        table.insert(17, &[20]);
+        table.insert(1, &[12]);
+        let (other, own) = query.join().unwrap();
+        assert!(other.is_none() || other == Some(vec![20]), "saw {other:?}");
+        assert!(own.is_none() || own == Some(vec![12]), "saw {own:?}");
+    });
+}
+
+/// Worker 2 joining the first block of worker 1's run splits it: the tail run is published
+/// before the head shrinks, so a reader never loses worker 1's later blocks.
+#[test]
+fn a_split_never_hides_blocks_from_a_reader() {
+    loom::model(|| {
+        let mut lane = LoomLane::default();
+        let nodes = lane.append(w(1), None, &[1, 2, 3]);
+        let reader = lane.reader();
+        let query = thread::spawn(move || reader.find_matches(&[1, 2, 3]));
+        lane.add_holder(w(2), &nodes[..1]);
+        let seen = query.join().unwrap();
+        assert!(seen == vec![(w(1), 3)] || seen == vec![(w(1), 3), (w(2), 1)], "saw {seen:?}");
+        assert_eq!(lane.reader().find_matches(&[1, 2, 3]), vec![(w(1), 3), (w(2), 1)]);
+    });
+}
+
+/// Lanes never share a node: a prefix two lanes' workers hold is a run in each lane's tree, and
+/// a query merges the walks. One worker leaving while the other arrives gives each its own
+/// before-or-after answer, never a partial one.
+#[test]
+fn two_lanes_changing_one_prefix_answer_independently() {
+    loom::model(|| {
+        let mut left = LoomLane::default();
+        let mut right = LoomLane::default();
+        let held = left.append(w(1), None, &[9, 8]);
+        let (left_reader, right_reader) = (left.reader(), right.reader());
+        let query = thread::spawn(move || {
+            let mut seen = left_reader.find_matches(&[9, 8]);
+            seen.extend(right_reader.find_matches(&[9, 8]));
+            seen
+        });
+        let arriving = thread::spawn(move || {
+            right.append(w(2), None, &[9, 8]);
+            right
+        });
+        left.release(w(1), &held);
+        let seen = query.join().unwrap();
+        for (worker, depth) in &seen {
+            assert!((*worker == w(1) || *worker == w(2)) && *depth == 2, "saw {seen:?}");
         }
-        let node = kvroute::hash::next_sequence_hash(None, LocalBlockHash(9));
-        index.add_holder(node, 64);
-        let leaving = {
-            let index = index.clone();
-            thread::spawn(move || index.remove_holder(node, 64))
-        };
-        let arriving = {
-            let index = index.clone();
-            thread::spawn(move || {
-                index.add_holder(node, 65);
-            })
-        };
-        leaving.join().unwrap();
-        arriving.join().unwrap();
-        let scores = index.find_matches(&[LocalBlockHash(9)], false);
-        assert_eq!(scores.sorted(), vec![(workers[65], 1)]);
+        let right = arriving.join().unwrap();
+        assert!(left.reader().find_matches(&[9, 8]).is_empty());
+        assert_eq!(right.reader().find_matches(&[9, 8]), vec![(w(2), 2)]);
     });
 }
 
+/// Worker 4 holds [1, 2] (shared with worker 3) and [3] below it. Its removal drops the deeper
+/// run first, so a reader sees a prefix of what worker 4 held, and worker 3 untouched.
 #[test]
-fn worker_removal_racing_a_reader_is_before_or_after() {
+fn worker_removal_racing_a_reader_sees_a_prefix() {
     loom::model(|| {
-        let index = Arc::new(SharedIndex::new(4));
-        let worker = Worker::new(3, 1);
-        let slot = index.slots.allocate(worker).unwrap();
-        let query = [LocalBlockHash(1), LocalBlockHash(2)];
-        let first = kvroute::hash::next_sequence_hash(None, query[0]);
-        let second = kvroute::hash::next_sequence_hash(Some(first), query[1]);
-        index.add_holder(first, slot);
-        index.add_holder(second, slot);
-        let remover = {
-            let index = index.clone();
-            thread::spawn(move || {
-                index.remove_holder(second, slot);
-                index.remove_holder(first, slot);
-            })
-        };
-        let scores = index.find_matches(&query, false);
-        // Removal runs tail first, so a reader sees depth 2, 1 or nothing: never another worker.
-        assert!(scores.iter().all(|(w, depth)| w == worker && depth <= 2));
-        remover.join().unwrap();
-        assert!(index.find_matches(&query, false).is_empty());
+        let mut lane = LoomLane::default();
+        let first = lane.append(w(3), None, &[1, 2]);
+        let second = lane.append(w(4), Some(first[1]), &[3]);
+        lane.add_holder(w(4), &first);
+        let reader = lane.reader();
+        let query = thread::spawn(move || reader.find_matches(&[1, 2, 3]));
+        lane.release(w(4), &[first[0], first[1], second[0]]);
+        let seen = query.join().unwrap();
+        assert!(
+            [vec![(w(3), 2), (w(4), 3)], vec![(w(3), 2), (w(4), 2)], vec![(w(3), 2)]]
+                .contains(&seen),
+            "saw {seen:?}"
+        );
+        assert_eq!(lane.reader().find_matches(&[1, 2, 3]), vec![(w(3), 2)]);
     });
 }
 
@@ -123,23 +154,27 @@ fn flush_returns_after_earlier_messages_are_handled() {
     });
 }
 
-/// The table's reader re-checks the key after loading the word. Without that re-check, a reader
-/// can pair the old key with the word of the key that reused its slot: loom must find it.
+/// The split protocol in miniature, in the wrong order: the head shrinks before the tail run is
+/// published, so a reader can find neither the tail in the head nor the tail run. Loom must
+/// find that interleaving.
 #[test]
-#[should_panic(expected = "key 5 read the word of key 21")]
-fn a_reader_without_the_key_recheck_is_caught() {
+#[should_panic(expected = "lost the tail")]
+fn a_split_that_shrinks_the_head_first_is_caught() {
     loom::model(|| {
-        let key = Arc::new(AtomicU64::new(5)); // a dead slot: key 5, word 0
-        let word = Arc::new(AtomicU64::new(0));
+        let head_len = Arc::new(AtomicU64::new(3)); // the run [1, 2, 3]
+        let tail_published = Arc::new(AtomicU64::new(0)); // the run [2, 3] once split off
         let writer = {
-            let (key, word) = (key.clone(), word.clone());
+            let (head_len, tail_published) = (head_len.clone(), tail_published.clone());
             thread::spawn(move || {
-                key.store(21, Ordering::Release);
-                word.store(2, Ordering::Release);
+                head_len.store(1, Ordering::Release);
+                tail_published.store(1, Ordering::Release);
             })
         };
-        let seen = if key.load(Ordering::Acquire) == 5 { word.load(Ordering::Acquire) } else { 0 };
-        assert_eq!(seen, 0, "key 5 read the word of key 21");
+        let depth = match head_len.load(Ordering::Acquire) {
+            3 => 3,
+            _ => 1 + 2 * tail_published.load(Ordering::Acquire),
+        };
+        assert_eq!(depth, 3, "lost the tail");
         writer.join().unwrap();
     });
 }

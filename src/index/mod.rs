@@ -27,11 +27,6 @@ use crate::event::{SequenceHash, Worker};
 /// our sequence hash of that block's prefix.
 pub type IndexSnapshot = BTreeMap<Worker, BTreeMap<SequenceHash, SequenceHash>>;
 
-/// Internals the loom models in `tests/loom.rs` drive directly (only under `cfg(loom)`).
 #[cfg(loom)]
 #[doc(hidden)]
-pub mod loom_internals {
-    pub use super::run::{Run, RunState, walk};
-    pub use super::run_table::RunTable;
-    pub use crate::sync::epoch::pin;
-}
+pub mod loom_internals;

@@ -13,7 +13,7 @@
 
 use crate::index::run::Run;
 use crate::sync::epoch::{Guard, Published};
-use crate::sync::{Arc, AtomicPtr, AtomicU64, AtomicUsize, Ordering, defer_until_unpinned};
+use crate::sync::{Arc, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 /// Marks a never-used slot. A real key equal to it is stored as [`ZERO_KEY_STAND_IN`].
 const EMPTY: u64 = 0;
@@ -45,15 +45,16 @@ impl Slots {
         self.slots.len() - 1
     }
 
-    /// The slot holding `key`, or else the empty slot that ends its probe sequence.
-    fn probe(&self, key: u64) -> &Slot {
+    /// The slot holding `key`, or else the empty slot that ends its probe sequence, with the
+    /// key read there (`key` or [`EMPTY`]).
+    fn probe(&self, key: u64) -> (&Slot, u64) {
         let mask = self.mask();
         let mut at = key as usize & mask;
         loop {
             let slot = &self.slots[at];
             let found = slot.key.load(Ordering::Acquire);
             if found == key || found == EMPTY {
-                return slot;
+                return (slot, found);
             }
             at = (at + 1) & mask;
         }
@@ -66,6 +67,9 @@ pub(crate) struct RunTable {
     /// Slots with a key (live or tombstone) and slots with a run, kept by the writer.
     keyed: AtomicUsize,
     live: AtomicUsize,
+    /// Under loom nothing is reclaimed before the table drops (as in `sync::epoch`).
+    #[cfg(loom)]
+    retired: std::sync::Mutex<Vec<OwnedRun>>,
 }
 
 // A raw run pointer moved into a deferred release.
@@ -87,6 +91,8 @@ impl Default for RunTable {
             current: Published::new(Slots::with_capacity(MIN_SLOTS)),
             keyed: AtomicUsize::new(0),
             live: AtomicUsize::new(0),
+            #[cfg(loom)]
+            retired: std::sync::Mutex::new(Vec::new()),
         }
     }
 }
@@ -94,8 +100,11 @@ impl Default for RunTable {
 impl RunTable {
     /// The run keyed `key`, if any. Safe against concurrent writes; `guard` keeps it alive.
     pub(crate) fn get<'g>(&self, key: u64, guard: &'g Guard) -> Option<&'g Run> {
-        let slots = self.current.load(guard);
-        let slot = slots.probe(stored_key(key));
+        let (slot, found) = self.current.load(guard).probe(stored_key(key));
+        // An empty slot may already hold the pointer of another key being inserted there.
+        if found == EMPTY {
+            return None;
+        }
         let run = slot.run.load(Ordering::Acquire);
         // SAFETY: a non-null pointer was stored (with release, after the run was built) by
         // `insert` and owns a strong count. That count is released only through
@@ -110,10 +119,10 @@ impl RunTable {
         if self.keyed.load(Ordering::Relaxed) + 1 > self.capacity(guard) / 4 * 3 {
             self.rebuild(self.live.load(Ordering::Relaxed) + 1, guard);
         }
-        let slot = self.current.load(guard).probe(key);
+        let (slot, found) = self.current.load(guard).probe(key);
         debug_assert!(slot.run.load(Ordering::Relaxed).is_null(), "key {key:#x} is live");
         slot.run.store(Arc::into_raw(run).cast_mut(), Ordering::Release);
-        if slot.key.load(Ordering::Relaxed) == EMPTY {
+        if found == EMPTY {
             // Published after the pointer: a reader that sees the key sees the run.
             slot.key.store(key, Ordering::Release);
             self.keyed.store(self.keyed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
@@ -124,16 +133,22 @@ impl RunTable {
     /// Unlinks the run keyed `key` (it must be live); its count is released once readers that
     /// may hold it are gone. Writer only.
     pub(crate) fn remove(&self, key: u64, guard: &Guard) {
-        let slot = self.current.load(guard).probe(stored_key(key));
+        let (slot, _) = self.current.load(guard).probe(stored_key(key));
         let run = slot.run.swap(std::ptr::null_mut(), Ordering::AcqRel);
         assert!(!run.is_null(), "removing a run that is not in the table");
-        let owned = OwnedRun(run);
-        defer_until_unpinned(move || owned.release());
+        self.retire(OwnedRun(run));
         let live = self.live.load(Ordering::Relaxed) - 1;
         self.live.store(live, Ordering::Relaxed);
         if self.capacity(guard) > MIN_SLOTS && live < self.capacity(guard) / 8 {
             self.rebuild(live, guard);
         }
+    }
+
+    fn retire(&self, run: OwnedRun) {
+        #[cfg(not(loom))]
+        crate::sync::defer_until_unpinned(move || run.release());
+        #[cfg(loom)]
+        self.retired.lock().expect("not poisoned").push(run);
     }
 
     fn capacity(&self, guard: &Guard) -> usize {
@@ -157,7 +172,7 @@ impl RunTable {
                 continue;
             }
             let key = slot.key.load(Ordering::Relaxed);
-            let target = fresh.probe(key);
+            let (target, _) = fresh.probe(key);
             target.run.store(run, Ordering::Relaxed);
             target.key.store(key, Ordering::Relaxed);
             moved += 1;
@@ -178,5 +193,75 @@ impl Drop for RunTable {
                 OwnedRun(run).release();
             }
         }
+        #[cfg(loom)]
+        self.retired.get_mut().expect("not poisoned").drain(..).for_each(OwnedRun::release);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::event::Worker;
+    use crate::index::run::RunState;
+    use crate::sync::epoch::pin;
+    use crate::sync::{AtomicBool, AtomicU32, shared_slice};
+
+    fn run(key: u64) -> Arc<Run> {
+        let state = RunState {
+            locals: shared_slice(&[key, key + 1]),
+            tail_seq: key,
+            members: Box::new([Worker::new(key, 0)]),
+        };
+        Arc::new(Run { id: AtomicU32::new(key as u32), state: Published::new(state) })
+    }
+
+    /// The writer grows the table through several rebuilds, then removes most keys (shrinking
+    /// it) while a reader looks keys up: every run the reader finds is whole and has its key.
+    /// Run under miri too (see the README) for the pointer handling.
+    #[test]
+    fn rebuilds_under_a_reader() {
+        let keys: u64 = if cfg!(miri) { 80 } else { 4000 };
+        let table = Arc::new(RunTable::default());
+        let done = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (table, done) = (table.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut found = 0;
+                while !done.load(Ordering::Acquire) {
+                    for key in 1..=keys {
+                        let guard = pin();
+                        if let Some(run) = table.get(key, &guard) {
+                            let state = run.state.load(&guard);
+                            assert_eq!(&*state.locals, &[key, key + 1]);
+                            assert_eq!(state.members[0], Worker::new(key, 0));
+                            found += 1;
+                        }
+                    }
+                }
+                found
+            })
+        };
+        let guard = pin();
+        for key in 1..=keys {
+            table.insert(key, run(key), &guard);
+        }
+        for key in 1..=keys {
+            assert!(table.get(key, &guard).is_some());
+        }
+        let grown = table.bytes(&guard);
+        for key in (1..=keys).filter(|key| key % 16 != 0) {
+            table.remove(key, &guard);
+        }
+        // A removed key can come back (its tombstone is reused).
+        table.insert(1, run(1), &guard);
+        done.store(true, Ordering::Release);
+        reader.join().unwrap();
+        assert!(table.bytes(&guard) * 2 < grown, "{} of {grown}", table.bytes(&guard));
+        for key in 1..=keys {
+            assert_eq!(table.get(key, &guard).is_some(), key % 16 == 0 || key == 1, "{key}");
+        }
+        // Key 0 is stored as a stand-in.
+        table.insert(0, run(0), &guard);
+        assert!(table.get(0, &guard).is_some());
     }
 }

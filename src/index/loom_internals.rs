@@ -1,0 +1,85 @@
+//! Internals the loom models in `tests/loom.rs` drive directly (only under `cfg(loom)`): one
+//! lane's tree with its writer operations, and the lock-free walk readers take over it.
+
+use crate::event::{LocalBlockHash, Worker};
+use crate::index::lane_trie::LaneTrie;
+use crate::index::run::{Run, RunState, walk};
+use crate::index::run_table::RunTable;
+use crate::sync::epoch::{Published, pin};
+use crate::sync::{Arc, AtomicU32, shared_slice};
+
+/// One lane's tree, written through the lane's own operations.
+pub struct LoomLane {
+    trie: LaneTrie,
+    table: Arc<RunTable>,
+}
+
+/// A reader's handle on a lane's runs.
+#[derive(Clone)]
+pub struct LoomReader(Arc<RunTable>);
+
+impl Default for LoomLane {
+    fn default() -> Self {
+        let table = Arc::new(RunTable::default());
+        Self { trie: LaneTrie::new(table.clone()), table }
+    }
+}
+
+impl LoomLane {
+    /// A handle for reader threads.
+    pub fn reader(&self) -> LoomReader {
+        LoomReader(self.table.clone())
+    }
+
+    /// Adds a branch held by `worker` below `at` (the root if `None`); returns its nodes.
+    pub fn append(&mut self, worker: Worker, at: Option<u32>, locals: &[u64]) -> Vec<u32> {
+        let mut out = Vec::new();
+        self.trie.append(worker, at, locals, &mut out, &pin());
+        out
+    }
+
+    /// Makes `worker` a holder of the existing consecutive `nodes`.
+    pub fn add_holder(&mut self, worker: Worker, nodes: &[u32]) {
+        self.trie.add_holder(worker, nodes, &pin());
+    }
+
+    /// Drops `worker` as a holder of `nodes`.
+    pub fn release(&mut self, worker: Worker, nodes: &[u32]) {
+        self.trie.release(worker, nodes, &pin());
+    }
+}
+
+impl LoomReader {
+    /// Per worker of this lane, how many leading blocks of `query` it holds, sorted.
+    pub fn find_matches(&self, query: &[u64]) -> Vec<(Worker, u32)> {
+        let query: Vec<LocalBlockHash> = query.iter().map(|&local| LocalBlockHash(local)).collect();
+        let mut out = Vec::new();
+        walk(&self.0, &query, &pin(), &mut Vec::new(), &mut out);
+        out.sort_unstable();
+        out
+    }
+}
+
+/// A lane's run table alone, with chosen keys (so probe sequences can be made to collide).
+#[derive(Clone, Default)]
+pub struct LoomTable(Arc<RunTable>);
+
+impl LoomTable {
+    /// Publishes a run with content `locals` under `key` (which must not be live).
+    pub fn insert(&self, key: u64, locals: &[u64]) {
+        let state = RunState { locals: shared_slice(locals), tail_seq: 0, members: Box::new([]) };
+        let run = Run { id: AtomicU32::new(0), state: Published::new(state) };
+        self.0.insert(key, Arc::new(run), &pin());
+    }
+
+    /// Unlinks the run under `key`.
+    pub fn remove(&self, key: u64) {
+        self.0.remove(key, &pin());
+    }
+
+    /// The content of the run under `key`, if any.
+    pub fn get(&self, key: u64) -> Option<Vec<u64>> {
+        let guard = pin();
+        self.0.get(key, &guard).map(|run| run.state.load(&guard).locals.to_vec())
+    }
+}
