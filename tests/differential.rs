@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Op, check_ops, op, op_among};
+use common::{Op, check_ops, check_ops_on, long_chain_op, long_chain_queries, op, op_among};
 use proptest::prelude::*;
 
 fn check(ops: &[Op], lanes: usize) -> Result<(), TestCaseError> {
@@ -27,6 +27,12 @@ proptest! {
     #[test]
     fn many_workers(ops in prop::collection::vec(op_among(100, 3, 6), 100..300)) {
         check(&ops, 2)?;
+    }
+
+    /// Long chains: runs split, shortened and extended deep inside.
+    #[test]
+    fn long_chains(ops in prop::collection::vec(long_chain_op(3), 1..60)) {
+        check_ops_on(2, &ops, &long_chain_queries()).map_err(TestCaseError::fail)?;
     }
 
     #[test]

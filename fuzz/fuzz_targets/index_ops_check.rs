@@ -104,6 +104,11 @@ pub fn check(data: &[u8]) -> Result<(), String> {
 /// compares error counts, snapshots, every query over `0..locals` up to `depth` blocks (with and
 /// without early exit) and the state the pool's dump rebuilds. Describes the first disagreement.
 pub fn check_ops(lanes: usize, ops: &[Op], locals: u64, depth: usize) -> Result<(), String> {
+    check_ops_on(lanes, ops, &queries(locals, depth))
+}
+
+/// [`check_ops`] with the given queries.
+pub fn check_ops_on(lanes: usize, ops: &[Op], all: &[Vec<LocalBlockHash>]) -> Result<(), String> {
     let pool = EventPool::new(PoolConfig { lanes, ..PoolConfig::default() });
     let mut reference = ReferenceIndex::new();
     let mut errors = [0u64; ApplyErrorKind::ALL.len()];
@@ -144,8 +149,7 @@ pub fn check_ops(lanes: usize, ops: &[Op], locals: u64, depth: usize) -> Result<
     if pool.stats().live_entries != reference.entry_count() as u64 {
         return Err("live entry counts differ".into());
     }
-    let all = queries(locals, depth);
-    for query in &all {
+    for query in all {
         for (got, expected) in [
             (pool.find_matches(query), reference.find_matches(query)),
             (pool.find_matches_early_exit(query), reference.find_matches_early_exit(query)),

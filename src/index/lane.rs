@@ -269,15 +269,14 @@ impl IndexLane {
     /// Forgets the workers `matches` selects; returns them.
     pub(crate) fn remove_workers(&mut self, matches: impl Fn(Worker) -> bool) -> Vec<Worker> {
         let doomed: Vec<Worker> = self.workers.keys().copied().filter(|&w| matches(w)).collect();
-        let guard = epoch::pin();
         for worker in &doomed {
+            let guard = epoch::pin();
             let held = self.workers.remove(worker).expect("listed above");
             self.nodes.clear();
             self.nodes.extend(held.iter().map(|(_, node)| node));
             self.trie.release(*worker, &self.nodes, &guard);
             self.budget.known.fetch_sub(1, Ordering::Relaxed);
         }
-        drop(guard);
         self.trim();
         self.publish_sizes();
         doomed
@@ -295,11 +294,12 @@ impl IndexLane {
 
     /// Per worker: each engine hash it holds with our sequence hash of the block.
     pub(crate) fn snapshot(&self) -> Vec<(Worker, Vec<(SequenceHash, SequenceHash)>)> {
+        let guard = epoch::pin();
         self.workers
             .iter()
             .map(|(&worker, held)| {
-                let blocks =
-                    held.iter().map(|(hash, node)| (SequenceHash(hash), self.trie.seq(node)));
+                let seq = |node| self.trie.seq(node, &guard);
+                let blocks = held.iter().map(|(hash, node)| (SequenceHash(hash), seq(node)));
                 (worker, blocks.collect())
             })
             .collect()

@@ -24,6 +24,10 @@ pub(crate) type NodeId = u32;
 /// The parent of root runs.
 const ROOT: RunId = RunId::MAX;
 
+/// A run keeps our sequence hash of every `SEQ_STRIDE`-th node; the others are rehashed from the
+/// nearest one before when needed (the run's last one is in its state).
+const SEQ_STRIDE: usize = 16;
+
 /// Appending to a run copies it; beyond this many blocks, and unless the appended part is at
 /// least a quarter of the result, a new run is cheaper.
 const COPY_APPEND_LIMIT: usize = 256;
@@ -39,8 +43,9 @@ struct RunMeta {
     /// The run whose last node is this run's first node's parent, or [`ROOT`].
     parent: RunId,
     children: Vec<RunId>,
-    /// The node at each offset, and its sequence hash.
+    /// The node at each offset.
     ids: Vec<NodeId>,
+    /// Our sequence hash at offsets 0, `SEQ_STRIDE`, 2·`SEQ_STRIDE`, … (the first is the key).
     seqs: Vec<u64>,
 }
 
@@ -86,9 +91,20 @@ impl LaneTrie {
     }
 
     /// Our sequence hash of `node`.
-    pub(crate) fn seq(&self, node: NodeId) -> SequenceHash {
+    pub(crate) fn seq(&self, node: NodeId, guard: &Guard) -> SequenceHash {
         let pos = self.nodes[node as usize];
-        SequenceHash(self.meta(pos.run).seqs[pos.offset as usize])
+        SequenceHash(self.seq_at(pos.run, pos.offset as usize, guard))
+    }
+
+    /// Our sequence hash of the node at `offset` in `run`.
+    fn seq_at(&self, run: RunId, offset: usize, guard: &Guard) -> u64 {
+        let state = self.state(run, guard);
+        if offset + 1 == state.locals.len() {
+            return state.tail_seq;
+        }
+        let from = offset / SEQ_STRIDE * SEQ_STRIDE;
+        let start = self.meta(run).seqs[offset / SEQ_STRIDE];
+        chain(start, &state.locals[from + 1..=offset])
     }
 
     /// The content hash of `node`.
@@ -124,7 +140,7 @@ impl LaneTrie {
                     let state = self.state(pos.run, guard);
                     return (state.locals[offset] == local).then(|| meta.ids[offset]);
                 }
-                Some(SequenceHash(meta.seqs[offset - 1]))
+                Some(SequenceHash(self.state(pos.run, guard).tail_seq))
             }
         };
         let key = next_sequence_hash(parent_seq, LocalBlockHash(local)).0;
@@ -168,7 +184,7 @@ impl LaneTrie {
         if locals.is_empty() {
             return;
         }
-        let mut seq = at.map(|node| self.seq(node));
+        let mut seq = at.map(|node| self.seq(node, guard));
         let seqs: Vec<u64> = locals
             .iter()
             .map(|&local| {
@@ -200,7 +216,9 @@ impl LaneTrie {
             let members = state.members.clone();
             let meta = self.meta_mut(parent);
             meta.ids.extend_from_slice(&out[first..]);
-            meta.seqs.extend_from_slice(&seqs);
+            let kept =
+                seqs.iter().enumerate().filter(|(step, _)| (offset + step) % SEQ_STRIDE == 0);
+            meta.seqs.extend(kept.map(|(_, &seq)| seq));
             let locals = shared_slice(&joined);
             meta.run.state.replace(RunState { locals, tail_seq, members });
         } else {
@@ -210,6 +228,7 @@ impl LaneTrie {
                 members: Box::new([worker]),
             };
             let ids = (0..locals.len()).map(|_| self.alloc_node(NodePos::default())).collect();
+            let seqs = seqs.iter().step_by(SEQ_STRIDE).copied().collect();
             let run = self.add_run(parent, state, ids, seqs, Vec::new(), guard);
             out.extend_from_slice(&self.meta(run).ids);
         }
@@ -281,12 +300,14 @@ impl LaneTrie {
     fn split(&mut self, run: RunId, offset: u32, guard: &Guard) -> RunId {
         let state = self.state(run, guard);
         let at = offset as usize;
+        let head_tail_seq = self.seq_at(run, at - 1, guard);
+        let tail_first = next_seq(head_tail_seq, state.locals[at]);
+        let seqs = checkpoints(tail_first, &state.locals[at..]);
         let meta = self.meta_mut(run);
         let ids = meta.ids.split_off(at);
-        let seqs = meta.seqs.split_off(at);
-        meta.ids.shrink_to_fit();
-        meta.seqs.shrink_to_fit();
-        let head_tail_seq = meta.seqs[at - 1];
+        meta.seqs.truncate(at.div_ceil(SEQ_STRIDE));
+        shrink(&mut meta.ids);
+        shrink(&mut meta.seqs);
         let children = std::mem::take(&mut meta.children);
         let tail = RunState {
             locals: shared_slice(&state.locals[at..]),
@@ -308,14 +329,15 @@ impl LaneTrie {
     fn truncate(&mut self, run: RunId, len: u32, guard: &Guard) {
         let state = self.state(run, guard);
         let at = len as usize;
+        let tail_seq = self.seq_at(run, at - 1, guard);
         let meta = self.meta_mut(run);
         let dropped = meta.ids.split_off(at);
-        meta.seqs.truncate(at);
-        meta.ids.shrink_to_fit();
-        meta.seqs.shrink_to_fit();
+        meta.seqs.truncate(at.div_ceil(SEQ_STRIDE));
+        shrink(&mut meta.ids);
+        shrink(&mut meta.seqs);
         let head = RunState {
             locals: shared_slice(&state.locals[..at]),
-            tail_seq: meta.seqs[at - 1],
+            tail_seq,
             members: state.members.clone(),
         };
         meta.run.state.replace(head);
@@ -335,6 +357,10 @@ impl LaneTrie {
                 node
             }
             None => {
+                if self.nodes.len() == self.nodes.capacity() {
+                    // Grow by a quarter: the arena is large and its slack is memory per node.
+                    self.nodes.reserve_exact(self.nodes.len() / 4 + 64);
+                }
                 self.nodes.push(pos);
                 (self.nodes.len() - 1) as NodeId
             }
@@ -459,5 +485,37 @@ impl LaneTrie {
             + (self.free_runs.capacity() + self.free_nodes.capacity()) * 4
             + self.nodes.capacity() * size_of::<NodePos>()
             + self.table.bytes(guard)
+    }
+}
+
+/// Our sequence hash of the block with content `local` after the block hashed `parent`.
+fn next_seq(parent: u64, local: u64) -> u64 {
+    next_sequence_hash(Some(SequenceHash(parent)), LocalBlockHash(local)).0
+}
+
+/// The sequence hash after chaining `locals` onto `seq`.
+fn chain(seq: u64, locals: &[u64]) -> u64 {
+    locals.iter().fold(seq, |seq, &local| next_seq(seq, local))
+}
+
+/// The checkpoints of a run whose first block hashes to `first`.
+fn checkpoints(first: u64, locals: &[u64]) -> Vec<u64> {
+    let mut seqs = Vec::with_capacity(locals.len().div_ceil(SEQ_STRIDE));
+    let mut seq = first;
+    for (offset, &local) in locals.iter().enumerate() {
+        if offset > 0 {
+            seq = next_seq(seq, local);
+        }
+        if offset % SEQ_STRIDE == 0 {
+            seqs.push(seq);
+        }
+    }
+    seqs
+}
+
+/// Gives back spare capacity once it is most of a vector.
+fn shrink<T>(vec: &mut Vec<T>) {
+    if vec.capacity() > 2 * vec.len() + 8 {
+        vec.shrink_to_fit();
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! Linear probing with backward-shift deletion: a removal moves later entries of its probe run
 //! back instead of leaving a tombstone, so churn at a steady size never grows the table (a
-//! tombstoning map like hashbrown doubles under churn once more than half full). It grows past 7/8
+//! tombstoning map like hashbrown doubles under churn once more than half full). It grows by half past 7/8
 //! load and shrinks below 1/8. Only the lane that owns a worker touches its maps, so there is no
 //! synchronization here.
 
@@ -24,10 +24,24 @@ pub(crate) struct ProbeMap<V: Copy + Default> {
 const EMPTY: u64 = 0;
 
 #[inline]
-fn home(key: u64, mask: usize) -> usize {
-    // Keys may be small or patterned (engine hashes, tests): fold before taking the top bits.
+fn home(key: u64, slots: usize) -> usize {
+    // Keys may be small or patterned (engine hashes, tests): fold, then scale into `0..slots`
+    // (a multiply, so the slot count need not be a power of two).
     let folded = u128::from(key) * 0x9E37_79B9_7F4A_7C15;
-    (((folded >> 64) as u64) ^ (folded as u64)) as usize & mask
+    let mixed = ((folded >> 64) as u64) ^ (folded as u64);
+    ((u128::from(mixed) * slots as u128) >> 64) as usize
+}
+
+/// The slot after `at` in a table of `slots`.
+#[inline]
+fn next(at: usize, slots: usize) -> usize {
+    if at + 1 == slots { 0 } else { at + 1 }
+}
+
+/// How far `at` lies after `from`, going forward around a table of `slots`.
+#[inline]
+fn distance(from: usize, at: usize, slots: usize) -> usize {
+    if at >= from { at - from } else { at + slots - from }
 }
 
 impl<V: Copy + Default> Default for ProbeMap<V> {
@@ -50,13 +64,13 @@ impl<V: Copy + Default> ProbeMap<V> {
         if self.slots.is_empty() {
             return None;
         }
-        let mask = self.slots.len() - 1;
-        let mut at = home(key, mask);
+        let slots = self.slots.len();
+        let mut at = home(key, slots);
         loop {
             match self.slots[at].0 {
                 k if k == key => return Some(at),
                 EMPTY => return None,
-                _ => at = (at + 1) & mask,
+                _ => at = next(at, slots),
             }
         }
     }
@@ -93,15 +107,15 @@ impl<V: Copy + Default> ProbeMap<V> {
     /// table first if one more entry would pass 7/8 load.
     fn slot_for_insert(&mut self, key: u64) -> (usize, bool) {
         if (self.len + 1) * 8 > self.slots.len() * 7 {
-            self.resize((self.len + 1) * 2);
+            self.resize((self.len + 1) * 3 / 2);
         }
-        let mask = self.slots.len() - 1;
-        let mut at = home(key, mask);
+        let slots = self.slots.len();
+        let mut at = home(key, slots);
         loop {
             match self.slots[at].0 {
                 k if k == key => return (at, true),
                 EMPTY => return (at, false),
-                _ => at = (at + 1) & mask,
+                _ => at = next(at, slots),
             }
         }
     }
@@ -112,16 +126,16 @@ impl<V: Copy + Default> ProbeMap<V> {
         }
         let mut hole = self.find(key)?;
         let removed = self.slots[hole].1;
-        let mask = self.slots.len() - 1;
+        let slots = self.slots.len();
         // Shift back every later entry of the run whose home is not between the hole and it.
-        let mut at = (hole + 1) & mask;
+        let mut at = next(hole, slots);
         while self.slots[at].0 != EMPTY {
-            let wanted = home(self.slots[at].0, mask);
-            if (at.wrapping_sub(wanted) & mask) >= (at.wrapping_sub(hole) & mask) {
+            let wanted = home(self.slots[at].0, slots);
+            if distance(wanted, at, slots) >= distance(hole, at, slots) {
                 self.slots[hole] = self.slots[at];
                 hole = at;
             }
-            at = (at + 1) & mask;
+            at = next(at, slots);
         }
         self.slots[hole] = (EMPTY, V::default());
         self.len -= 1;
@@ -143,15 +157,17 @@ impl<V: Copy + Default> ProbeMap<V> {
         self.empty_key.as_mut().into_iter().chain(stored)
     }
 
-    /// Reallocates for at least `room` entries (at most 1/2 load when `room = 2·len`).
+    /// Reallocates with `room` slots (at least [`MIN_SLOTS`]). Any count works (slots are
+    /// found by multiplying, not masking), so growing by 3/2 keeps the load between 7/12 and
+    /// 7/8 instead of the 7/16–7/8 of power-of-two tables: a worker's map costs 18–27 bytes per
+    /// block rather than up to 37.
     fn resize(&mut self, room: usize) {
-        let slots = room.next_power_of_two().max(MIN_SLOTS);
+        let slots = room.max(MIN_SLOTS);
         let old = mem::replace(&mut self.slots, vec![(EMPTY, V::default()); slots].into());
-        let mask = slots - 1;
         for (key, value) in old.iter().copied().filter(|slot| slot.0 != EMPTY) {
-            let mut at = home(key, mask);
+            let mut at = home(key, slots);
             while self.slots[at].0 != EMPTY {
-                at = (at + 1) & mask;
+                at = next(at, slots);
             }
             self.slots[at] = (key, value);
         }

@@ -6,7 +6,7 @@ use kvroute::{RouterEvent, SequenceHash, StoredBlock, Worker, WorkerId};
 #[path = "../../fuzz/fuzz_targets/index_ops_check.rs"]
 mod index_ops_check;
 #[allow(unused_imports)] // each test crate uses a part
-pub use index_ops_check::{Op, check_ops, queries as all_queries};
+pub use index_ops_check::{Op, check_ops, check_ops_on, queries as all_queries};
 use proptest::prelude::*;
 
 /// A small fleet, so events collide: ids 0..3, ranks 0..2.
@@ -38,4 +38,43 @@ pub fn op_among(ids: u64, locals: u64, engine_hashes: u64) -> impl Strategy<Valu
         1 => worker().prop_map(Op::RemoveRank),
         1 => (0..ids).prop_map(|id| Op::RemoveId(WorkerId(id))),
     ]
+}
+
+/// Blocks of one long chain (content and engine hash `i` at depth `i`) or of its branch from
+/// depth `at` on (content and engine hash `BRANCH + i`).
+pub const CHAIN: u64 = 80;
+pub const BRANCH: u64 = 1000;
+
+fn chain_block(depth: u64, branch_at: Option<u64>) -> u64 {
+    if branch_at.is_some_and(|at| depth >= at) { BRANCH + depth } else { depth }
+}
+
+/// Stores and removals of long stretches of one chain and its branches, so runs are split,
+/// truncated and re-joined deep inside (past the sequence-hash checkpoints).
+pub fn long_chain_op(ids: u64) -> impl Strategy<Value = Op> {
+    let branch = prop::option::weighted(0.4, 0..CHAIN);
+    prop_oneof![
+        3 => (workers_among(ids), 0..CHAIN, 1..CHAIN, branch.clone()).prop_map(|(w, start, len, at)| {
+            let end = (start + len).min(CHAIN);
+            let parent = (start > 0).then(|| SequenceHash(chain_block(start - 1, at)));
+            let blocks = (start..end)
+                .map(|d| StoredBlock::new(chain_block(d, at), chain_block(d, at)))
+                .collect();
+            Op::Event(RouterEvent::stored(w, 0, parent, blocks))
+        }),
+        2 => (workers_among(ids), 0..CHAIN, 1..CHAIN / 2, branch).prop_map(|(w, start, len, at)| {
+            let end = (start + len).min(CHAIN);
+            let hashes = (start..end).rev().map(|d| SequenceHash(chain_block(d, at))).collect();
+            Op::Event(RouterEvent::removed(w, 0, hashes))
+        }),
+        1 => workers_among(ids).prop_map(Op::RemoveRank),
+    ]
+}
+
+/// The chain and its branches, whole, as queries (every prefix is scored by them).
+pub fn long_chain_queries() -> Vec<Vec<kvroute::LocalBlockHash>> {
+    let at = [None, Some(0), Some(1), Some(15), Some(16), Some(17), Some(33), Some(50), Some(79)];
+    at.iter()
+        .map(|&at| (0..CHAIN).map(|d| kvroute::LocalBlockHash(chain_block(d, at))).collect())
+        .collect()
 }
