@@ -265,6 +265,19 @@ pub mod epoch {
             Guard(ce::pin())
         }
 
+        impl Guard {
+            /// Runs `f` once no thread pinned now can still be reading what it releases.
+            pub fn defer(&self, f: impl FnOnce() + Send + 'static) {
+                self.0.defer(f);
+            }
+
+            /// Hands this thread's deferred releases to the global queue (a writer that defers
+            /// in bursts calls it when it goes idle, so nothing waits long).
+            pub fn flush(&self) {
+                self.0.flush();
+            }
+        }
+
         /// A published heap value.
         pub struct Published<T>(Atomic<T>);
 
@@ -283,16 +296,13 @@ pub mod epoch {
                 unsafe { shared.deref() }
             }
 
-            /// Publishes `value` and retires the old one once no reader can hold it.
-            pub fn replace(&self, value: T) {
-                let guard = ce::pin();
-                let old = self.0.swap(Owned::new(value), Ordering::AcqRel, &guard);
+            /// Publishes `value` and retires the old one through the writer's pin: it is freed
+            /// once no reader pinned before the swap can still hold it.
+            pub fn replace(&self, value: T, guard: &Guard) {
+                let old = self.0.swap(Owned::new(value), Ordering::AcqRel, &guard.0);
                 // SAFETY: `old` is unlinked (no later `load` can return it) and was allocated by
                 // `Owned`; readers that loaded it are pinned, so destruction waits for them.
-                unsafe { guard.defer_destroy(old) };
-                // Writers rarely pin, so their local garbage bag would hold large retired values
-                // for long: hand it to the global queue (and collect) now.
-                guard.flush();
+                unsafe { guard.0.defer_destroy(old) };
             }
         }
 
@@ -320,6 +330,16 @@ pub mod epoch {
             Guard
         }
 
+        impl Guard {
+            /// Under loom the release is skipped (callers keep what readers may hold).
+            pub fn defer(&self, f: impl FnOnce() + Send + 'static) {
+                drop(f);
+            }
+
+            /// Nothing to hand over.
+            pub fn flush(&self) {}
+        }
+
         /// A published heap value; replaced values are freed when the cell drops.
         pub struct Published<T> {
             current: AtomicPtr<T>,
@@ -345,7 +365,7 @@ pub mod epoch {
             }
 
             /// Publishes `value`; the old one is freed when the cell drops.
-            pub fn replace(&self, value: T) {
+            pub fn replace(&self, value: T, _guard: &Guard) {
                 let old = self.current.swap(Box::into_raw(Box::new(value)), Ordering::AcqRel);
                 self.retired.lock().unwrap().push(old);
             }
@@ -363,19 +383,4 @@ pub mod epoch {
     }
 
     pub use imp::*;
-}
-
-/// Runs `f` once no thread pinned now can still be reading what it releases. Under loom the
-/// release is skipped (the models are short; leaking is safe).
-#[allow(dead_code)]
-pub(crate) fn defer_until_unpinned(f: impl FnOnce() + Send + 'static) {
-    #[cfg(not(loom))]
-    {
-        let guard = crossbeam_epoch::pin();
-        guard.defer(f);
-        // Hand it to the global queue now: a lane defers rarely, so its local bag may not fill.
-        guard.flush();
-    }
-    #[cfg(loom)]
-    drop(f);
 }

@@ -78,6 +78,7 @@ impl Lane for IndexLane {
 
     fn idle(&mut self) {
         self.publish_sizes();
+        epoch::pin().flush();
     }
 }
 
@@ -175,6 +176,7 @@ impl IndexLane {
     ) -> Result<(), SequenceHash> {
         let empty = HeldBlocks::default();
         let held = self.workers.get(&worker).unwrap_or(&empty);
+        held.prefetch(blocks.iter().map(|block| block.hash.0));
         self.path.clear();
         self.fresh.clear();
         self.appended.clear();
@@ -232,6 +234,7 @@ impl IndexLane {
         let mut unknown = 0;
         let mut first = None;
         self.nodes.clear();
+        held.prefetch(blocks.iter().map(|hash| hash.0));
         for &hash in blocks {
             match held.remove(hash.0) {
                 Some(node) => self.nodes.push(node),

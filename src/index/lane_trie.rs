@@ -220,7 +220,7 @@ impl LaneTrie {
                 seqs.iter().enumerate().filter(|(step, _)| (offset + step) % SEQ_STRIDE == 0);
             meta.seqs.extend(kept.map(|(_, &seq)| seq));
             let locals = shared_slice(&joined);
-            meta.run.state.replace(RunState { locals, tail_seq, members });
+            meta.run.state.replace(RunState { locals, tail_seq, members }, guard);
         } else {
             let state = RunState {
                 locals: shared_slice(locals),
@@ -321,7 +321,7 @@ impl LaneTrie {
             tail_seq: head_tail_seq,
             members: state.members.clone(),
         };
-        self.meta(run).run.state.replace(head);
+        self.meta(run).run.state.replace(head, guard);
         new
     }
 
@@ -340,14 +340,14 @@ impl LaneTrie {
             tail_seq,
             members: state.members.clone(),
         };
-        meta.run.state.replace(head);
+        meta.run.state.replace(head, guard);
         self.free_nodes.extend(dropped);
     }
 
     fn set_members(&mut self, run: RunId, members: Box<[Worker]>, guard: &Guard) {
         let state = self.state(run, guard);
         let next = RunState { locals: state.locals.clone(), tail_seq: state.tail_seq, members };
-        self.meta(run).run.state.replace(next);
+        self.meta(run).run.state.replace(next, guard);
     }
 
     fn alloc_node(&mut self, pos: NodePos) -> NodeId {

@@ -82,6 +82,16 @@ impl<V: Copy + Default> ProbeMap<V> {
         self.find(key).map(|at| self.slots[at].1)
     }
 
+    /// Touches the home slots of `keys` ahead of lookups: the loads are independent, so their
+    /// cache misses overlap instead of each lookup waiting for its own.
+    pub(crate) fn prefetch(&self, keys: impl Iterator<Item = u64>) {
+        if self.slots.is_empty() {
+            return;
+        }
+        let touched = keys.fold(0u64, |acc, key| acc ^ self.slots[home(key, self.slots.len())].0);
+        std::hint::black_box(touched);
+    }
+
     pub(crate) fn contains_key(&self, key: u64) -> bool {
         self.get(key).is_some()
     }

@@ -108,7 +108,7 @@ impl RunTable {
         let run = slot.run.load(Ordering::Acquire);
         // SAFETY: a non-null pointer was stored (with release, after the run was built) by
         // `insert` and owns a strong count. That count is released only through
-        // `defer_until_unpinned` after the pointer is unlinked from every array a reader can
+        // the writer's epoch guard after the pointer is unlinked from every array a reader can
         // still load, so it outlives our pin (`'g`). An empty slot holds null.
         unsafe { run.as_ref() }
     }
@@ -136,7 +136,7 @@ impl RunTable {
         let (slot, _) = self.current.load(guard).probe(stored_key(key));
         let run = slot.run.swap(std::ptr::null_mut(), Ordering::AcqRel);
         assert!(!run.is_null(), "removing a run that is not in the table");
-        self.retire(OwnedRun(run));
+        self.retire(OwnedRun(run), guard);
         let live = self.live.load(Ordering::Relaxed) - 1;
         self.live.store(live, Ordering::Relaxed);
         if self.capacity(guard) > MIN_SLOTS && live < self.capacity(guard) / 8 {
@@ -144,11 +144,14 @@ impl RunTable {
         }
     }
 
-    fn retire(&self, run: OwnedRun) {
+    fn retire(&self, run: OwnedRun, guard: &Guard) {
         #[cfg(not(loom))]
-        crate::sync::defer_until_unpinned(move || run.release());
+        guard.defer(move || run.release());
         #[cfg(loom)]
-        self.retired.lock().expect("not poisoned").push(run);
+        {
+            let _ = guard;
+            self.retired.lock().expect("not poisoned").push(run);
+        }
     }
 
     fn capacity(&self, guard: &Guard) -> usize {
@@ -178,7 +181,7 @@ impl RunTable {
             moved += 1;
         }
         // `replace` publishes with release, so readers of the new array see its slots.
-        self.current.replace(fresh);
+        self.current.replace(fresh, guard);
         self.keyed.store(moved, Ordering::Relaxed);
     }
 }
