@@ -129,6 +129,11 @@ impl Inner {
     ) -> Result<Vec<RequestId>, AddRequestError> {
         let prefill_tokens = checked_prefill_tokens(isl, overlap, self.block_size)?;
         let shard_at = self.shard_of(worker);
+        self.warm(shard_at, |shard| {
+            if let Some(slot) = shard.slot_of(worker) {
+                shard.warm_add(slot, blocks.unwrap_or_default());
+            }
+        });
         let mut ids = self.index.shard(id.as_str()).lock();
         if let Some((key, &location)) = ids.get_key_value(id.as_str()) {
             if self.is_live(key, location) {
@@ -166,6 +171,15 @@ impl Inner {
         Ok(expired)
     }
 
+    /// Runs `warm` on shard `at` under a shared lock, if no writer holds it, so what the next
+    /// write will touch is in cache: cold misses were most of the exclusive section, which
+    /// queries wait for. Queries share the lock, so this never holds them up.
+    fn warm(&self, at: usize, warm: impl FnOnce(&Shard)) {
+        if let Some(shard) = self.shards[at].try_read() {
+            warm(&shard);
+        }
+    }
+
     /// Runs `change` on the live request `id` under its index and shard locks; a stale index
     /// entry is dropped. `remove_entry` also drops the index entry of a live request.
     fn with_request<T>(
@@ -177,6 +191,9 @@ impl Inner {
         let unknown = || UnknownRequest { id: id.clone() };
         let mut ids = self.index.shard(id.as_str()).lock();
         let (key, &location) = ids.get_key_value(id.as_str()).ok_or_else(unknown)?;
+        self.warm(location.shard as usize, |shard| {
+            shard.warm_request(location.slot, location.record)
+        });
         let mut shard = self.shards[location.shard as usize].write();
         let live = shard
             .record(location.slot, location.record)
