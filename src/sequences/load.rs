@@ -35,8 +35,19 @@ pub struct PotentialLoad {
 /// small open-addressing table built once per query: `O(1)` per worker, where
 /// [`OverlapScores::get`] is a scan.
 pub(crate) struct OverlapTable {
-    slots: Vec<(Worker, u32)>,
+    slots: Slots,
     mask: usize,
+}
+
+/// Entries kept inline: a table for up to 64 scored workers needs no allocation. Queries run
+/// beside writers that free into the same allocator arena, and an arena-locked `malloc` per
+/// query showed up in the query's tail latency.
+const INLINE: usize = 128;
+
+#[allow(clippy::large_enum_variant)] // Lives on the stack for one query; inline is the point.
+enum Slots {
+    Inline([(Worker, u32); INLINE]),
+    Heap(Vec<(Worker, u32)>),
 }
 
 /// A marker no real entry uses: overlaps of 0 are never stored.
@@ -50,11 +61,16 @@ impl OverlapTable {
     /// The table of `scores` (workers with a zero overlap need no entry).
     pub(crate) fn new(scores: &OverlapScores) -> Self {
         let capacity = (scores.len() * 2).next_power_of_two().max(2);
-        let mut table = Self { slots: vec![EMPTY; capacity], mask: capacity - 1 };
+        let slots = if capacity <= INLINE {
+            Slots::Inline([EMPTY; INLINE])
+        } else {
+            Slots::Heap(vec![EMPTY; capacity])
+        };
+        let mut table = Self { slots, mask: capacity - 1 };
         for (worker, depth) in scores.iter().filter(|&(_, depth)| depth > 0) {
             let mut at = mix(worker) & table.mask;
             loop {
-                let slot = &mut table.slots[at];
+                let slot = &mut table.slots_mut()[at];
                 if slot.1 == 0 || slot.0 == worker {
                     *slot = (worker, depth);
                     break;
@@ -65,11 +81,25 @@ impl OverlapTable {
         table
     }
 
+    fn slots(&self) -> &[(Worker, u32)] {
+        match &self.slots {
+            Slots::Inline(slots) => slots,
+            Slots::Heap(slots) => slots,
+        }
+    }
+
+    fn slots_mut(&mut self) -> &mut [(Worker, u32)] {
+        match &mut self.slots {
+            Slots::Inline(slots) => slots,
+            Slots::Heap(slots) => slots,
+        }
+    }
+
     /// The overlap of `worker`, 0 if absent.
     pub(crate) fn get(&self, worker: Worker) -> u32 {
         let mut at = mix(worker) & self.mask;
         loop {
-            let (key, depth) = self.slots[at];
+            let (key, depth) = self.slots()[at];
             if depth == 0 {
                 return 0;
             }
@@ -96,5 +126,17 @@ mod tests {
         }
         assert_eq!(table.get(Worker::new(999, 0)), 0);
         assert_eq!(OverlapTable::new(&OverlapScores::new()).get(Worker::new(0, 0)), 0);
+    }
+
+    #[test]
+    fn a_table_too_big_to_keep_inline_works_the_same() {
+        let pairs: Vec<(Worker, u32)> =
+            (0..300).map(|i| (Worker::new(i, 1), i as u32 + 1)).collect();
+        let table = OverlapTable::new(&OverlapScores::from_pairs(pairs.clone()));
+        assert!(matches!(table.slots, Slots::Heap(_)));
+        for &(worker, depth) in &pairs {
+            assert_eq!(table.get(worker), depth);
+        }
+        assert_eq!(table.get(Worker::new(0, 0)), 0);
     }
 }

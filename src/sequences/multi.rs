@@ -16,7 +16,7 @@ use super::shard::Shard;
 use super::{RequestId, error::saturating_prefill_tokens, worker_hash};
 use crate::event::{SequenceHash, Worker};
 use crate::index::OverlapScores;
-use crate::sync::{Arc, RwLock};
+use crate::sync::{Arc, AtomicUsize, Ordering, RwLock};
 
 /// What [`MultiWorkerSequences::update_workers`] changed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -46,6 +46,9 @@ pub(crate) struct Replica {
 pub(crate) struct Inner {
     shards: Box<[CachePadded<RwLock<Shard>>]>,
     shard_mask: usize,
+    /// Tracked workers, to size a query's output in one allocation instead of growing it shard
+    /// by shard (a hint: a racing `update_workers` only makes the output grow once more).
+    workers: AtomicUsize,
     index: RequestIndex,
     block_size: u32,
     expiry: Option<Duration>,
@@ -70,6 +73,7 @@ impl Inner {
         Self {
             shards: (0..count).map(|_| CachePadded::new(RwLock::new(Shard::default()))).collect(),
             shard_mask: count - 1,
+            workers: AtomicUsize::new(0),
             index: RequestIndex::new(config.request_shards),
             block_size: config.block_size,
             expiry: config.expiry,
@@ -125,6 +129,11 @@ impl Inner {
     ) -> Result<Vec<RequestId>, AddRequestError> {
         let prefill_tokens = checked_prefill_tokens(isl, overlap, self.block_size)?;
         let shard_at = self.shard_of(worker);
+        self.warm(shard_at, |shard| {
+            if let Some(slot) = shard.slot_of(worker) {
+                shard.warm_add(slot, blocks.unwrap_or_default());
+            }
+        });
         let mut ids = self.index.shard(id.as_str()).lock();
         if let Some((key, &location)) = ids.get_key_value(id.as_str()) {
             if self.is_live(key, location) {
@@ -162,6 +171,15 @@ impl Inner {
         Ok(expired)
     }
 
+    /// Runs `warm` on shard `at` under a shared lock, if no writer holds it, so what the next
+    /// write will touch is in cache: cold misses were most of the exclusive section, which
+    /// queries wait for. Queries share the lock, so this never holds them up.
+    fn warm(&self, at: usize, warm: impl FnOnce(&Shard)) {
+        if let Some(shard) = self.shards[at].try_read() {
+            warm(&shard);
+        }
+    }
+
     /// Runs `change` on the live request `id` under its index and shard locks; a stale index
     /// entry is dropped. `remove_entry` also drops the index entry of a live request.
     fn with_request<T>(
@@ -173,6 +191,9 @@ impl Inner {
         let unknown = || UnknownRequest { id: id.clone() };
         let mut ids = self.index.shard(id.as_str()).lock();
         let (key, &location) = ids.get_key_value(id.as_str()).ok_or_else(unknown)?;
+        self.warm(location.shard as usize, |shard| {
+            shard.warm_request(location.slot, location.record)
+        });
         let mut shard = self.shards[location.shard as usize].write();
         let live = shard
             .record(location.slot, location.record)
@@ -227,11 +248,21 @@ impl Inner {
     }
 
     fn add_worker(&self, worker: Worker) -> bool {
-        self.shards[self.shard_of(worker)].write().add_worker(worker).1
+        let mut shard = self.shards[self.shard_of(worker)].write();
+        let added = shard.add_worker(worker).1;
+        // Counted under the shard lock, so a worker's removal is counted after its addition
+        // and the total never wraps below zero.
+        if added {
+            self.workers.fetch_add(1, Ordering::Relaxed);
+        }
+        added
     }
 
     fn remove_worker(&self, worker: Worker) -> Option<Vec<RequestId>> {
-        let dropped = self.shards[self.shard_of(worker)].write().remove_worker(worker)?;
+        let mut shard = self.shards[self.shard_of(worker)].write();
+        let dropped = shard.remove_worker(worker)?;
+        self.workers.fetch_sub(1, Ordering::Relaxed);
+        drop(shard);
         for id in &dropped {
             self.index.remove_if_same(id);
         }
@@ -287,6 +318,7 @@ impl Inner {
         out: &mut Vec<PotentialLoad>,
     ) {
         out.clear();
+        out.reserve(self.workers.load(Ordering::Relaxed));
         let table = OverlapTable::new(overlaps);
         let block_size = self.block_size;
         let new_tokens = |worker| saturating_prefill_tokens(isl, table.get(worker), block_size);
@@ -338,6 +370,8 @@ impl Inner {
             })
             .sum();
         assert_eq!(self.index.len(), live, "every index entry names a live request");
+        let workers: usize = self.shards.iter().map(|s| s.read().worker_count()).sum();
+        assert_eq!(self.workers.load(Ordering::Relaxed), workers, "tracked-worker count");
     }
 }
 

@@ -114,6 +114,20 @@ impl RequestTable {
         Some(record)
     }
 
+    /// Reads the entries [`Self::insert`] (after expiry's look at the oldest) and
+    /// [`Self::remove`] of `id` would touch; see `BlockTrie::warm_insert`.
+    pub(crate) fn warm(&self, id: Option<RecordId>) -> usize {
+        let at = |i: u32| {
+            self.entries.get(i as usize).map_or(0, |e| e.older as usize ^ e.newer as usize)
+        };
+        let mut sum = at(self.oldest) + at(self.newest) + at(self.vacant);
+        if let Some(entry) = id.and_then(|id| self.entries.get(id as usize)) {
+            sum += at(entry.older) + at(entry.newer);
+            sum += entry.record.as_ref().map_or(0, |r| r.tail as usize);
+        }
+        sum
+    }
+
     /// The oldest request.
     pub(crate) fn oldest(&self) -> Option<(RecordId, &Record)> {
         let record = self.entries.get(self.oldest as usize)?.record.as_ref()?;

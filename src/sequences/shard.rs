@@ -132,6 +132,21 @@ impl Shard {
         Some(state.requests.insert(record))
     }
 
+    /// Pulls into cache what adding `blocks` to the worker in `slot` will touch, so the
+    /// exclusive section that follows (which readers wait for) does not stall on memory.
+    pub(crate) fn warm_add(&self, slot: Slot, blocks: &[SequenceHash]) {
+        let table = self.state(slot).map_or(0, |state| state.requests.warm(None));
+        std::hint::black_box(table + self.trie.warm_insert(blocks));
+    }
+
+    /// Like [`Self::warm_add`], for a change to (or the removal of) the request in `record`.
+    pub(crate) fn warm_request(&self, slot: Slot, record: RecordId) {
+        let Some(state) = self.state(slot) else { return };
+        let table = state.requests.warm(Some(record));
+        let tail = state.requests.get(record).map_or(0, |r| self.trie.warm_remove(r.tail));
+        std::hint::black_box(table + tail);
+    }
+
     /// The request in `record` of the worker in `slot`.
     pub(crate) fn record(&self, slot: Slot, record: RecordId) -> Option<&Record> {
         self.state(slot)?.requests.get(record)
@@ -290,6 +305,23 @@ mod tests {
         assert!(shard.add_request(b, "late".into(), &[], 0, now).is_none());
         shard.assert_consistent();
         assert_eq!(shard.worker_count(), 1);
+    }
+
+    #[test]
+    fn warming_takes_any_slot_record_or_path_without_panicking() {
+        let mut shard = Shard::default();
+        let (a, _) = shard.add_worker(Worker::new(1, 0));
+        let ra = shard.add_request(a, "ra".into(), &hashes(&[1, 2, 3]), 4, Instant::now());
+        let ra = ra.expect("worker a");
+        shard.warm_add(a, &hashes(&[1, 2, 9]));
+        shard.warm_add(a, &[]);
+        shard.warm_add(99, &hashes(&[1]));
+        shard.warm_request(a, ra);
+        shard.warm_request(a, 99);
+        shard.warm_request(99, ra);
+        shard.free(a, ra);
+        shard.warm_request(a, ra);
+        shard.assert_consistent();
     }
 
     #[test]

@@ -235,6 +235,47 @@ impl BlockTrie {
         }
     }
 
+    /// Reads what [`Self::insert`] of `blocks` will touch (the nodes on its path, the arena slot
+    /// it may reuse), so a writer can pull them into cache before taking its exclusive lock.
+    /// Returns a value derived from every read, for the caller to `black_box`.
+    pub(crate) fn warm_insert(&self, blocks: &[SequenceHash]) -> usize {
+        let mut node = ROOT;
+        let mut pos = 0;
+        let mut sum = self.free.last().map_or(0, |&id| self.node(id).start);
+        while pos < blocks.len() {
+            let Some(&child) = self.node(node).children.get(&blocks[pos]) else { break };
+            let child_node = self.node(child);
+            let matched = common_prefix(&child_node.edge, &blocks[pos..]);
+            sum += child_node.owners.iter().count();
+            if matched < child_node.edge.len() {
+                break;
+            }
+            pos += matched;
+            node = child;
+        }
+        sum + pos
+    }
+
+    /// Reads what [`Self::remove`] from `tail` will touch (the path up to the root), like
+    /// [`Self::warm_insert`].
+    pub(crate) fn warm_remove(&self, tail: NodeId) -> usize {
+        let mut sum = 0;
+        let mut node = tail;
+        while node != ROOT {
+            let Some(at) = self.nodes.get(node as usize) else { break };
+            let parent = at.parent;
+            let first = at.edge.first().copied().unwrap_or_default();
+            sum += at.owners.iter().count();
+            sum += self
+                .nodes
+                .get(parent as usize)
+                .and_then(|p| p.children.get(&first))
+                .map_or(0, |&c| c as usize);
+            node = parent;
+        }
+        sum
+    }
+
     /// How many leading blocks of `candidate` `slot` pins.
     pub(crate) fn depth_of(&self, slot: Slot, candidate: &[SequenceHash]) -> usize {
         let mut depth = 0;
