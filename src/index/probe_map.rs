@@ -1,10 +1,11 @@
 //! [`ProbeMap`]: a single-owner map from a 64-bit hash to a small `Copy` value, whose memory
 //! follows its length whatever the history.
 //!
-//! Linear probing with backward-shift deletion: a removal moves later entries of its probe run
-//! back instead of leaving a tombstone, so churn at a steady size never grows the table (a
-//! tombstoning map like hashbrown doubles under churn once more than half full). It grows by half past 7/8
-//! load and shrinks below 1/8. Only the lane that owns a worker touches its maps, so there is no
+//! Robin Hood linear probing with backward-shift deletion: entries of a probe run stay in order
+//! of their home slots, so searches stop early even at 7/8 load, and a removal moves later
+//! entries back instead of leaving a tombstone, so churn at a steady size never grows the table
+//! (a tombstoning map like hashbrown doubles under churn once more than half full). It grows by
+//! half past 7/8 load and shrinks below 1/8. Only the lane that owns a worker touches its maps, so there is no
 //! synchronization here.
 
 use std::mem;
@@ -60,17 +61,31 @@ impl<V: Copy + Default> ProbeMap<V> {
         self.slots.len() * mem::size_of::<(u64, V)>()
     }
 
+    /// How far the entry in slot `at` sits from its home slot.
+    #[inline]
+    fn displacement(&self, at: usize) -> usize {
+        let slots = self.slots.len();
+        distance(home(self.slots[at].0, slots), at, slots)
+    }
+
+    /// Robin Hood order: along a probe sequence, displacements never drop by more than one, so
+    /// a search stops at an empty slot or at an entry closer to home than the searcher would be.
     fn find(&self, key: u64) -> Option<usize> {
         if self.slots.is_empty() {
             return None;
         }
         let slots = self.slots.len();
         let mut at = home(key, slots);
+        let mut displacement = 0;
         loop {
             match self.slots[at].0 {
                 k if k == key => return Some(at),
                 EMPTY => return None,
-                _ => at = next(at, slots),
+                _ if self.displacement(at) < displacement => return None,
+                _ => {
+                    at = next(at, slots);
+                    displacement += 1;
+                }
             }
         }
     }
@@ -105,29 +120,35 @@ impl<V: Copy + Default> ProbeMap<V> {
             }
             return absent;
         }
-        let (at, present) = self.slot_for_insert(key);
-        if !present {
-            self.slots[at] = (key, value);
-            self.len += 1;
-        }
-        !present
-    }
-
-    /// The slot holding `key` (`true`), or the empty slot it would take (`false`), growing the
-    /// table first if one more entry would pass 7/8 load.
-    fn slot_for_insert(&mut self, key: u64) -> (usize, bool) {
         if (self.len + 1) * 8 > self.slots.len() * 7 {
             self.resize((self.len + 1) * 3 / 2);
         }
         let slots = self.slots.len();
         let mut at = home(key, slots);
+        let mut displacement = 0;
+        // Find the key, or the slot where it belongs (the first entry closer to home).
         loop {
             match self.slots[at].0 {
-                k if k == key => return (at, true),
-                EMPTY => return (at, false),
-                _ => at = next(at, slots),
+                k if k == key => return false,
+                EMPTY => break,
+                _ if self.displacement(at) < displacement => break,
+                _ => {
+                    at = next(at, slots);
+                    displacement += 1;
+                }
             }
         }
+        // Take that slot and push the entries from it onwards one slot along, up to an empty one.
+        let mut carried = (key, value);
+        loop {
+            carried = mem::replace(&mut self.slots[at], carried);
+            if carried.0 == EMPTY {
+                break;
+            }
+            at = next(at, slots);
+        }
+        self.len += 1;
+        true
     }
 
     pub(crate) fn remove(&mut self, key: u64) -> Option<V> {
@@ -137,15 +158,14 @@ impl<V: Copy + Default> ProbeMap<V> {
         let mut hole = self.find(key)?;
         let removed = self.slots[hole].1;
         let slots = self.slots.len();
-        // Shift back every later entry of the run whose home is not between the hole and it.
-        let mut at = next(hole, slots);
-        while self.slots[at].0 != EMPTY {
-            let wanted = home(self.slots[at].0, slots);
-            if distance(wanted, at, slots) >= distance(hole, at, slots) {
-                self.slots[hole] = self.slots[at];
-                hole = at;
+        // Shift the following entries back one slot, up to an empty slot or one already home.
+        loop {
+            let at = next(hole, slots);
+            if self.slots[at].0 == EMPTY || self.displacement(at) == 0 {
+                break;
             }
-            at = next(at, slots);
+            self.slots[hole] = self.slots[at];
+            hole = at;
         }
         self.slots[hole] = (EMPTY, V::default());
         self.len -= 1;
@@ -174,12 +194,9 @@ impl<V: Copy + Default> ProbeMap<V> {
     fn resize(&mut self, room: usize) {
         let slots = room.max(MIN_SLOTS);
         let old = mem::replace(&mut self.slots, vec![(EMPTY, V::default()); slots].into());
+        self.len = 0;
         for (key, value) in old.iter().copied().filter(|slot| slot.0 != EMPTY) {
-            let mut at = home(key, slots);
-            while self.slots[at].0 != EMPTY {
-                at = next(at, slots);
-            }
-            self.slots[at] = (key, value);
+            self.insert_new(key, value);
         }
     }
 }
