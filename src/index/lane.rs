@@ -78,7 +78,9 @@ impl Lane for IndexLane {
 
     fn idle(&mut self) {
         self.publish_sizes();
+        // Let the epoch see this lane's last batch now, rather than at its next event.
         epoch::pin().flush();
+        self.trie.reclaim();
     }
 }
 
@@ -105,7 +107,7 @@ impl IndexLane {
     pub(crate) fn apply(&mut self, event: &RouterEvent) -> Result<(), ApplyError> {
         let worker = event.worker();
         let guard = epoch::pin();
-        match &event.event.data {
+        let applied = match &event.event.data {
             KvEventData::Stored { parent, blocks } => self.store(worker, *parent, blocks, &guard),
             KvEventData::Removed { blocks } => self.remove(worker, blocks, &guard),
             KvEventData::Cleared => match self.workers.get_mut(&worker) {
@@ -118,7 +120,9 @@ impl IndexLane {
                 }
                 None => Err(ApplyError::UnknownWorker { worker }),
             },
-        }
+        };
+        self.trie.end_event(&guard);
+        applied
     }
 
     fn store(
@@ -278,6 +282,7 @@ impl IndexLane {
             self.nodes.clear();
             self.nodes.extend(held.iter().map(|(_, node)| node));
             self.trie.release(*worker, &self.nodes, &guard);
+            self.trie.end_event(&guard);
             self.budget.known.fetch_sub(1, Ordering::Relaxed);
         }
         self.trim();

@@ -15,7 +15,7 @@ use crate::event::{LocalBlockHash, SequenceHash, Worker};
 use crate::hash::next_sequence_hash;
 use crate::index::run::{Run, RunId, RunState};
 use crate::index::run_table::RunTable;
-use crate::sync::epoch::{Guard, Published};
+use crate::sync::epoch::{Guard, Published, Reclaimer};
 use crate::sync::{Arc, AtomicU32, Ordering, shared_slice};
 
 /// Identifies a node (one block's place in the tree) to its lane.
@@ -58,6 +58,8 @@ pub(crate) struct LaneTrie {
     free_nodes: Vec<NodeId>,
     /// Reused buffer for [`Self::release`].
     spots: Vec<(RunId, u32)>,
+    /// What this lane unlinked and readers may still hold.
+    retired: Reclaimer,
 }
 
 impl LaneTrie {
@@ -69,7 +71,20 @@ impl LaneTrie {
             nodes: Vec::new(),
             free_nodes: Vec::new(),
             spots: Vec::new(),
+            retired: Reclaimer::default(),
         }
+    }
+
+    /// Closes the event's batch of retired values (freed once readers pinned now are gone), and
+    /// frees earlier batches that are safe.
+    pub(crate) fn end_event(&mut self, guard: &Guard) {
+        self.retired.seal(guard);
+        self.retired.reclaim();
+    }
+
+    /// Frees the retired batches that are safe (when idle).
+    pub(crate) fn reclaim(&mut self) {
+        self.retired.reclaim();
     }
 
     fn meta(&self, run: RunId) -> &RunMeta {
@@ -220,7 +235,7 @@ impl LaneTrie {
                 seqs.iter().enumerate().filter(|(step, _)| (offset + step) % SEQ_STRIDE == 0);
             meta.seqs.extend(kept.map(|(_, &seq)| seq));
             let locals = shared_slice(&joined);
-            meta.run.state.replace(RunState { locals, tail_seq, members }, guard);
+            self.publish(parent, RunState { locals, tail_seq, members });
         } else {
             let state = RunState {
                 locals: shared_slice(locals),
@@ -321,7 +336,7 @@ impl LaneTrie {
             tail_seq: head_tail_seq,
             members: state.members.clone(),
         };
-        self.meta(run).run.state.replace(head, guard);
+        self.publish(run, head);
         new
     }
 
@@ -340,14 +355,20 @@ impl LaneTrie {
             tail_seq,
             members: state.members.clone(),
         };
-        meta.run.state.replace(head, guard);
+        self.publish(run, head);
         self.free_nodes.extend(dropped);
+    }
+
+    /// Replaces the state of `run`; the old one is retired.
+    fn publish(&mut self, run: RunId, state: RunState) {
+        let meta = self.runs[run as usize].as_ref().expect("live run");
+        meta.run.state.replace(state, &mut self.retired);
     }
 
     fn set_members(&mut self, run: RunId, members: Box<[Worker]>, guard: &Guard) {
         let state = self.state(run, guard);
         let next = RunState { locals: state.locals.clone(), tail_seq: state.tail_seq, members };
-        self.meta(run).run.state.replace(next, guard);
+        self.publish(run, next);
     }
 
     fn alloc_node(&mut self, pos: NodePos) -> NodeId {
@@ -391,7 +412,7 @@ impl LaneTrie {
             self.meta_mut(child).parent = id;
         }
         let run = Arc::new(Run { id: AtomicU32::new(id), state: Published::new(state) });
-        self.table.insert(seqs[0], run.clone(), guard);
+        self.table.insert(seqs[0], run.clone(), guard, &mut self.retired);
         self.runs[id as usize] = Some(RunMeta { run, parent, children, ids, seqs });
         if parent != ROOT {
             self.meta_mut(parent).children.push(id);
@@ -404,7 +425,7 @@ impl LaneTrie {
         loop {
             let meta = self.runs[run as usize].take().expect("live run");
             self.free_runs.push(run);
-            self.table.remove(meta.seqs[0], guard);
+            self.table.remove(meta.seqs[0], guard, &mut self.retired);
             self.free_nodes.extend_from_slice(&meta.ids);
             let parent = meta.parent;
             if parent == ROOT {

@@ -5,7 +5,7 @@ use crate::event::{LocalBlockHash, Worker};
 use crate::index::lane_trie::LaneTrie;
 use crate::index::run::{Run, RunState, walk};
 use crate::index::run_table::RunTable;
-use crate::sync::epoch::{Published, pin};
+use crate::sync::epoch::{Published, Reclaimer, pin};
 use crate::sync::{Arc, AtomicU32, shared_slice};
 
 /// One lane's tree, written through the lane's own operations.
@@ -61,20 +61,21 @@ impl LoomReader {
 }
 
 /// A lane's run table alone, with chosen keys (so probe sequences can be made to collide).
+/// Clones share the table; only one of them may write.
 #[derive(Clone, Default)]
-pub struct LoomTable(Arc<RunTable>);
+pub struct LoomTable(Arc<RunTable>, std::sync::Arc<std::sync::Mutex<Reclaimer>>);
 
 impl LoomTable {
     /// Publishes a run with content `locals` under `key` (which must not be live).
     pub fn insert(&self, key: u64, locals: &[u64]) {
         let state = RunState { locals: shared_slice(locals), tail_seq: 0, members: Box::new([]) };
         let run = Run { id: AtomicU32::new(0), state: Published::new(state) };
-        self.0.insert(key, Arc::new(run), &pin());
+        self.0.insert(key, Arc::new(run), &pin(), &mut self.1.lock().expect("not poisoned"));
     }
 
     /// Unlinks the run under `key`.
     pub fn remove(&self, key: u64) {
-        self.0.remove(key, &pin());
+        self.0.remove(key, &pin(), &mut self.1.lock().expect("not poisoned"));
     }
 
     /// The content of the run under `key`, if any.

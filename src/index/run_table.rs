@@ -8,11 +8,11 @@
 //! array (or live ones fall below 1/8), the writer copies the live entries into an array sized for
 //! them and publishes it through the epoch, so memory follows the live runs.
 //!
-//! Every live slot owns one strong count of its run (`Arc::into_raw`). A removed run's count is
-//! given back only once no pinned reader can still hold the pointer.
+//! Every live slot owns one strong count of its run (`Arc::into_raw`). A removed run's count goes
+//! to the writer's [`Reclaimer`], which gives it back once no pinned reader can hold the pointer.
 
 use crate::index::run::Run;
-use crate::sync::epoch::{Guard, Published};
+use crate::sync::epoch::{Guard, Published, Reclaimer};
 use crate::sync::{Arc, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 /// Marks a never-used slot. A real key equal to it is stored as [`ZERO_KEY_STAND_IN`].
@@ -67,20 +67,18 @@ pub(crate) struct RunTable {
     /// Slots with a key (live or tombstone) and slots with a run, kept by the writer.
     keyed: AtomicUsize,
     live: AtomicUsize,
-    /// Under loom nothing is reclaimed before the table drops (as in `sync::epoch`).
-    #[cfg(loom)]
-    retired: std::sync::Mutex<Vec<OwnedRun>>,
 }
 
-// A raw run pointer moved into a deferred release.
+/// One strong count of a run, held as the raw pointer a slot stored; dropping it releases it.
 struct OwnedRun(*const Run);
 // SAFETY: the pointer carries one strong count of an `Arc<Run>`, and `Run` is `Send + Sync`, so
 // releasing it on another thread is what dropping that `Arc` there would do.
 unsafe impl Send for OwnedRun {}
 
-impl OwnedRun {
-    fn release(self) {
-        // SAFETY: the pointer came from `Arc::into_raw` and its count is released exactly once.
+impl Drop for OwnedRun {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from `Arc::into_raw`, and each `OwnedRun` is made once per
+        // unlinked pointer, so its count is released exactly once.
         drop(unsafe { Arc::from_raw(self.0) });
     }
 }
@@ -91,8 +89,6 @@ impl Default for RunTable {
             current: Published::new(Slots::with_capacity(MIN_SLOTS)),
             keyed: AtomicUsize::new(0),
             live: AtomicUsize::new(0),
-            #[cfg(loom)]
-            retired: std::sync::Mutex::new(Vec::new()),
         }
     }
 }
@@ -108,16 +104,16 @@ impl RunTable {
         let run = slot.run.load(Ordering::Acquire);
         // SAFETY: a non-null pointer was stored (with release, after the run was built) by
         // `insert` and owns a strong count. That count is released only through
-        // the writer's epoch guard after the pointer is unlinked from every array a reader can
+        // the writer's reclaimer after the pointer is unlinked from every array a reader can
         // still load, so it outlives our pin (`'g`). An empty slot holds null.
         unsafe { run.as_ref() }
     }
 
     /// Publishes `run` under `key`, which must not be live. Writer only.
-    pub(crate) fn insert(&self, key: u64, run: Arc<Run>, guard: &Guard) {
+    pub(crate) fn insert(&self, key: u64, run: Arc<Run>, guard: &Guard, retired: &mut Reclaimer) {
         let key = stored_key(key);
         if self.keyed.load(Ordering::Relaxed) + 1 > self.capacity(guard) / 4 * 3 {
-            self.rebuild(self.live.load(Ordering::Relaxed) + 1, guard);
+            self.rebuild(self.live.load(Ordering::Relaxed) + 1, guard, retired);
         }
         let (slot, found) = self.current.load(guard).probe(key);
         debug_assert!(slot.run.load(Ordering::Relaxed).is_null(), "key {key:#x} is live");
@@ -132,25 +128,15 @@ impl RunTable {
 
     /// Unlinks the run keyed `key` (it must be live); its count is released once readers that
     /// may hold it are gone. Writer only.
-    pub(crate) fn remove(&self, key: u64, guard: &Guard) {
+    pub(crate) fn remove(&self, key: u64, guard: &Guard, retired: &mut Reclaimer) {
         let (slot, _) = self.current.load(guard).probe(stored_key(key));
         let run = slot.run.swap(std::ptr::null_mut(), Ordering::AcqRel);
         assert!(!run.is_null(), "removing a run that is not in the table");
-        self.retire(OwnedRun(run), guard);
+        retired.retire(Box::new(OwnedRun(run)));
         let live = self.live.load(Ordering::Relaxed) - 1;
         self.live.store(live, Ordering::Relaxed);
         if self.capacity(guard) > MIN_SLOTS && live < self.capacity(guard) / 8 {
-            self.rebuild(live, guard);
-        }
-    }
-
-    fn retire(&self, run: OwnedRun, guard: &Guard) {
-        #[cfg(not(loom))]
-        guard.defer(move || run.release());
-        #[cfg(loom)]
-        {
-            let _ = guard;
-            self.retired.lock().expect("not poisoned").push(run);
+            self.rebuild(live, guard, retired);
         }
     }
 
@@ -165,7 +151,7 @@ impl RunTable {
 
     /// Moves the live entries into a fresh array with room for `live` at most half full. The
     /// pointers move with their counts; the old array is retired without releasing them.
-    fn rebuild(&self, live: usize, guard: &Guard) {
+    fn rebuild(&self, live: usize, guard: &Guard, retired: &mut Reclaimer) {
         let capacity = (live * 2).next_power_of_two().max(MIN_SLOTS);
         let fresh = Slots::with_capacity(capacity);
         let mut moved = 0;
@@ -181,7 +167,7 @@ impl RunTable {
             moved += 1;
         }
         // `replace` publishes with release, so readers of the new array see its slots.
-        self.current.replace(fresh, guard);
+        self.current.replace(fresh, retired);
         self.keyed.store(moved, Ordering::Relaxed);
     }
 }
@@ -193,11 +179,9 @@ impl Drop for RunTable {
         for slot in self.current.load(&guard).slots.iter() {
             let run = slot.run.swap(std::ptr::null_mut(), Ordering::Relaxed);
             if !run.is_null() {
-                OwnedRun(run).release();
+                drop(OwnedRun(run));
             }
         }
-        #[cfg(loom)]
-        self.retired.get_mut().expect("not poisoned").drain(..).for_each(OwnedRun::release);
     }
 }
 
@@ -206,6 +190,7 @@ mod tests {
     use super::*;
     use crate::event::Worker;
     use crate::index::run::RunState;
+    use crate::sync::epoch::Reclaimer;
     use crate::sync::epoch::pin;
     use crate::sync::{AtomicBool, AtomicU32, shared_slice};
 
@@ -244,19 +229,26 @@ mod tests {
                 found
             })
         };
+        let mut retired = Reclaimer::default();
         let guard = pin();
         for key in 1..=keys {
-            table.insert(key, run(key), &guard);
+            table.insert(key, run(key), &guard, &mut retired);
         }
         for key in 1..=keys {
             assert!(table.get(key, &guard).is_some());
         }
         let grown = table.bytes(&guard);
+        drop(guard);
         for key in (1..=keys).filter(|key| key % 16 != 0) {
-            table.remove(key, &guard);
+            let guard = pin();
+            table.remove(key, &guard, &mut retired);
+            retired.seal(&guard);
+            drop(guard);
+            retired.reclaim();
         }
+        let guard = pin();
         // A removed key can come back (its tombstone is reused).
-        table.insert(1, run(1), &guard);
+        table.insert(1, run(1), &guard, &mut retired);
         done.store(true, Ordering::Release);
         reader.join().unwrap();
         assert!(table.bytes(&guard) * 2 < grown, "{} of {grown}", table.bytes(&guard));
@@ -264,7 +256,7 @@ mod tests {
             assert_eq!(table.get(key, &guard).is_some(), key % 16 == 0 || key == 1, "{key}");
         }
         // Key 0 is stored as a stand-in.
-        table.insert(0, run(0), &guard);
+        table.insert(0, run(0), &guard, &mut retired);
         assert!(table.get(0, &guard).is_some());
     }
 }
