@@ -44,7 +44,10 @@ pub(crate) struct WorkerBudget {
 }
 
 /// One worker's blocks: engine hash → node.
-pub(crate) type HeldBlocks = ProbeMap<NodeId>;
+pub(crate) type HeldBlocks = ProbeMap;
+
+/// The node of a name entered while its event is checked, before the node is known.
+const PENDING: NodeId = NodeId::MAX;
 
 /// One lane's state; see the [module docs](self).
 pub(crate) struct IndexLane {
@@ -147,30 +150,32 @@ impl IndexLane {
         if let Err(block) = self.validate(worker, start, blocks, guard) {
             if created {
                 // A rejected first event registers nobody.
+                self.workers.remove(&worker);
                 self.budget.known.fetch_sub(1, Ordering::Relaxed);
             }
             return Err(ApplyError::HashConflict { worker, block });
         }
-        let held = self.workers.entry(worker).or_default();
+        let held = self.workers.get_mut(&worker).expect("registered by validate");
         self.joined.clear();
         self.joined.extend(self.path.iter().map(|&(_, node)| node));
         self.trie.add_holder(worker, &self.joined, guard);
         for &(hash, node) in &self.path {
-            held.insert_new(hash.0, node);
+            held.set(hash.0, node);
         }
         let new = &blocks[blocks.len() - self.appended.len()..];
-        let at = self.last_existing;
         self.joined.clear();
-        self.trie.append(worker, at, &self.appended, &mut self.joined, guard);
+        self.trie.append(worker, self.last_existing, &self.appended, &mut self.joined, guard);
         for (block, &node) in new.iter().zip(&self.joined) {
-            held.insert_new(block.hash.0, node);
+            held.set(block.hash.0, node);
         }
         Ok(())
     }
 
     /// Checks a `Stored` chain against the tree and the worker's names, filling `path` (existing
     /// nodes the worker will newly hold), `last_existing` and `appended` (content hashes of the
-    /// blocks with no node yet). Returns the first offending engine hash.
+    /// blocks with no node yet). Names new to the worker are entered (as [`PENDING`]) as they
+    /// are checked, which also catches one new name used twice; on a conflict they are taken out
+    /// again and the first offending engine hash is returned.
     fn validate(
         &mut self,
         worker: Worker,
@@ -178,20 +183,19 @@ impl IndexLane {
         blocks: &[StoredBlock],
         guard: &Guard,
     ) -> Result<(), SequenceHash> {
-        let empty = HeldBlocks::default();
-        let held = self.workers.get(&worker).unwrap_or(&empty);
+        let held = self.workers.entry(worker).or_default();
         held.prefetch(blocks.iter().map(|block| block.hash.0));
         self.path.clear();
         self.fresh.clear();
         self.appended.clear();
-        self.last_existing = None;
         let mut at = start;
+        let mut rejected = None;
         for block in blocks {
             let next = match self.appended.is_empty() {
                 true => self.trie.next(at, block.local.0, guard),
                 false => None,
             };
-            let ok = match held.get(block.hash.0) {
+            let ok = match held.insert_or_get(block.hash.0, PENDING) {
                 // Storing a block twice is a no-op; one name for two blocks is a conflict.
                 Some(node) => Some(node) == next,
                 None => {
@@ -208,7 +212,8 @@ impl IndexLane {
                 }
             };
             if !ok {
-                return Err(block.hash);
+                rejected = Some(block.hash);
+                break;
             }
             match next {
                 Some(node) => at = Some(node),
@@ -216,14 +221,15 @@ impl IndexLane {
             }
         }
         self.last_existing = at;
-        // No engine hash new to the worker twice in one event.
-        if self.fresh.len() > 1 {
-            self.fresh.sort_unstable();
-            if let Some(pair) = self.fresh.windows(2).find(|pair| pair[0] == pair[1]) {
-                return Err(SequenceHash(pair[0]));
+        match rejected {
+            None => Ok(()),
+            Some(block) => {
+                for &hash in &self.fresh {
+                    held.remove(hash);
+                }
+                Err(block)
             }
         }
-        Ok(())
     }
 
     fn remove(

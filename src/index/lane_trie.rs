@@ -269,7 +269,14 @@ impl LaneTrie {
         }));
         // Per run from its last offset down, so splitting off a released stretch leaves the
         // offsets still to do where they were.
-        spots.sort_unstable_by(|a, b| b.cmp(a));
+        // Engines list evicted blocks in chain order (either way), so usually no sort is needed.
+        if !spots.is_sorted_by(|a, b| a >= b) {
+            if spots.is_sorted() {
+                spots.reverse();
+            } else {
+                spots.sort_unstable_by(|a, b| b.cmp(a));
+            }
+        }
         let mut at = 0;
         while at < spots.len() {
             let (run, last) = spots[at];

@@ -1,35 +1,40 @@
-//! [`ProbeMap`]: a single-owner map from a 64-bit hash to a small `Copy` value, whose memory
-//! follows its length whatever the history.
+//! [`ProbeMap`]: a single-owner map from a 64-bit hash to a 32-bit value, whose memory follows
+//! its length whatever the history.
 //!
 //! Robin Hood linear probing with backward-shift deletion: entries of a probe run stay in order
 //! of their home slots, so searches stop early even at 7/8 load, and a removal moves later
 //! entries back instead of leaving a tombstone, so churn at a steady size never grows the table
-//! (a tombstoning map like hashbrown doubles under churn once more than half full). It grows by
-//! half past 7/8 load and shrinks below 1/8. Only the lane that owns a worker touches its maps, so there is no
-//! synchronization here.
+//! (a tombstoning map like hashbrown doubles under churn once more than half full). Each slot
+//! keeps its entry's home slot in what would be padding, so probing never rehashes. It grows by
+//! half past 7/8 load and shrinks below 1/8. Only the lane that owns a worker touches its maps,
+//! so there is no synchronization here.
 
 use std::mem;
 
 const MIN_SLOTS: usize = 8;
+const EMPTY: u64 = 0;
 
-/// See the [module docs](self).
-#[derive(Clone, Debug)]
-pub(crate) struct ProbeMap<V: Copy + Default> {
-    /// `(key, value)`; a slot is empty when its key is `EMPTY` (key `EMPTY` itself lives in
-    /// `empty_key`).
-    slots: Box<[(u64, V)]>,
-    len: usize,
-    empty_key: Option<V>,
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot {
+    /// [`EMPTY`] for a free slot (key `EMPTY` itself lives in `ProbeMap::empty_key`).
+    key: u64,
+    value: u32,
+    home: u32,
 }
 
-const EMPTY: u64 = 0;
+/// See the [module docs](self).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ProbeMap {
+    slots: Box<[Slot]>,
+    len: usize,
+    empty_key: Option<u32>,
+}
 
 #[inline]
 fn home(key: u64, slots: usize) -> usize {
-    // Keys may be small or patterned (engine hashes, tests): fold, then scale into `0..slots`
+    // Keys may be small or patterned (engine hashes, tests): mix, then scale into `0..slots`
     // (a multiply, so the slot count need not be a power of two).
-    let folded = u128::from(key) * 0x9E37_79B9_7F4A_7C15;
-    let mixed = ((folded >> 64) as u64) ^ (folded as u64);
+    let mixed = (key ^ (key >> 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     ((u128::from(mixed) * slots as u128) >> 64) as usize
 }
 
@@ -45,56 +50,48 @@ fn distance(from: usize, at: usize, slots: usize) -> usize {
     if at >= from { at - from } else { at + slots - from }
 }
 
-impl<V: Copy + Default> Default for ProbeMap<V> {
-    fn default() -> Self {
-        Self { slots: Box::new([]), len: 0, empty_key: None }
-    }
-}
-
-impl<V: Copy + Default> ProbeMap<V> {
+impl ProbeMap {
     pub(crate) fn len(&self) -> usize {
         self.len + usize::from(self.empty_key.is_some())
     }
 
     /// Heap bytes held.
     pub(crate) fn bytes(&self) -> usize {
-        self.slots.len() * mem::size_of::<(u64, V)>()
+        self.slots.len() * mem::size_of::<Slot>()
     }
 
-    /// How far the entry in slot `at` sits from its home slot.
+    /// Where `key` is (`Ok`), or the slot it belongs at (`Err`): Robin Hood order means a search
+    /// stops at an empty slot or at an entry whose home comes after `key`'s.
     #[inline]
-    fn displacement(&self, at: usize) -> usize {
+    fn search(&self, key: u64, at_home: usize) -> Result<usize, usize> {
         let slots = self.slots.len();
-        distance(home(self.slots[at].0, slots), at, slots)
+        let mut at = at_home;
+        let mut displacement = 0;
+        loop {
+            let slot = &self.slots[at];
+            if slot.key == key {
+                return Ok(at);
+            }
+            if slot.key == EMPTY || distance(slot.home as usize, at, slots) < displacement {
+                return Err(at);
+            }
+            at = next(at, slots);
+            displacement += 1;
+        }
     }
 
-    /// Robin Hood order: along a probe sequence, displacements never drop by more than one, so
-    /// a search stops at an empty slot or at an entry closer to home than the searcher would be.
     fn find(&self, key: u64) -> Option<usize> {
         if self.slots.is_empty() {
             return None;
         }
-        let slots = self.slots.len();
-        let mut at = home(key, slots);
-        let mut displacement = 0;
-        loop {
-            match self.slots[at].0 {
-                k if k == key => return Some(at),
-                EMPTY => return None,
-                _ if self.displacement(at) < displacement => return None,
-                _ => {
-                    at = next(at, slots);
-                    displacement += 1;
-                }
-            }
-        }
+        self.search(key, home(key, self.slots.len())).ok()
     }
 
-    pub(crate) fn get(&self, key: u64) -> Option<V> {
+    pub(crate) fn get(&self, key: u64) -> Option<u32> {
         if key == EMPTY {
             return self.empty_key;
         }
-        self.find(key).map(|at| self.slots[at].1)
+        self.find(key).map(|at| self.slots[at].value)
     }
 
     /// Touches the home slots of `keys` ahead of lookups: the loads are independent, so their
@@ -103,7 +100,8 @@ impl<V: Copy + Default> ProbeMap<V> {
         if self.slots.is_empty() {
             return;
         }
-        let touched = keys.fold(0u64, |acc, key| acc ^ self.slots[home(key, self.slots.len())].0);
+        let slots = self.slots.len();
+        let touched = keys.fold(0u64, |acc, key| acc ^ self.slots[home(key, slots)].key);
         std::hint::black_box(touched);
     }
 
@@ -111,63 +109,63 @@ impl<V: Copy + Default> ProbeMap<V> {
         self.get(key).is_some()
     }
 
-    /// Inserts `value` unless `key` is present; returns whether it did.
-    pub(crate) fn insert_new(&mut self, key: u64, value: V) -> bool {
+    /// Inserts `value` unless `key` is present, in which case its value is returned.
+    pub(crate) fn insert_or_get(&mut self, key: u64, value: u32) -> Option<u32> {
         if key == EMPTY {
-            let absent = self.empty_key.is_none();
-            if absent {
-                self.empty_key = Some(value);
-            }
-            return absent;
+            let existing = self.empty_key;
+            self.empty_key.get_or_insert(value);
+            return existing;
         }
         if (self.len + 1) * 8 > self.slots.len() * 7 {
             self.resize((self.len + 1) * 3 / 2);
         }
         let slots = self.slots.len();
-        let mut at = home(key, slots);
-        let mut displacement = 0;
-        // Find the key, or the slot where it belongs (the first entry closer to home).
-        loop {
-            match self.slots[at].0 {
-                k if k == key => return false,
-                EMPTY => break,
-                _ if self.displacement(at) < displacement => break,
-                _ => {
-                    at = next(at, slots);
-                    displacement += 1;
-                }
-            }
-        }
-        // Take that slot and push the entries from it onwards one slot along, up to an empty one.
-        let mut carried = (key, value);
+        let at_home = home(key, slots);
+        let mut at = match self.search(key, at_home) {
+            Ok(at) => return Some(self.slots[at].value),
+            Err(at) => at,
+        };
+        // Take the slot and push the entries from it onwards one slot along, up to an empty one.
+        let mut carried = Slot { key, value, home: at_home as u32 };
         loop {
             carried = mem::replace(&mut self.slots[at], carried);
-            if carried.0 == EMPTY {
+            if carried.key == EMPTY {
                 break;
             }
             at = next(at, slots);
         }
         self.len += 1;
-        true
+        None
     }
 
-    pub(crate) fn remove(&mut self, key: u64) -> Option<V> {
+    /// Sets the value of `key`, which must be present.
+    pub(crate) fn set(&mut self, key: u64, value: u32) {
+        if key == EMPTY {
+            self.empty_key = Some(value);
+            return;
+        }
+        let at = self.find(key).expect("set of a present key");
+        self.slots[at].value = value;
+    }
+
+    pub(crate) fn remove(&mut self, key: u64) -> Option<u32> {
         if key == EMPTY {
             return self.empty_key.take();
         }
         let mut hole = self.find(key)?;
-        let removed = self.slots[hole].1;
+        let removed = self.slots[hole].value;
         let slots = self.slots.len();
         // Shift the following entries back one slot, up to an empty slot or one already home.
         loop {
             let at = next(hole, slots);
-            if self.slots[at].0 == EMPTY || self.displacement(at) == 0 {
+            let slot = self.slots[at];
+            if slot.key == EMPTY || slot.home as usize == at {
                 break;
             }
-            self.slots[hole] = self.slots[at];
+            self.slots[hole] = slot;
             hole = at;
         }
-        self.slots[hole] = (EMPTY, V::default());
+        self.slots[hole] = Slot::default();
         self.len -= 1;
         if self.len * 8 < self.slots.len() && self.slots.len() > MIN_SLOTS {
             self.resize(self.len * 2);
@@ -176,15 +174,16 @@ impl<V: Copy + Default> ProbeMap<V> {
     }
 
     /// Every entry, in no particular order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, V)> + '_ {
-        let stored = self.slots.iter().filter(|slot| slot.0 != EMPTY).copied();
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        let stored = self.slots.iter().filter(|slot| slot.key != EMPTY);
+        let stored = stored.map(|slot| (slot.key, slot.value));
         self.empty_key.map(|value| (EMPTY, value)).into_iter().chain(stored)
     }
 
     /// Every value, to rewrite in place.
-    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut V> + '_ {
-        let stored = self.slots.iter_mut().filter(|slot| slot.0 != EMPTY).map(|slot| &mut slot.1);
-        self.empty_key.as_mut().into_iter().chain(stored)
+    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut u32> + '_ {
+        let stored = self.slots.iter_mut().filter(|slot| slot.key != EMPTY);
+        self.empty_key.as_mut().into_iter().chain(stored.map(|slot| &mut slot.value))
     }
 
     /// Reallocates with `room` slots (at least [`MIN_SLOTS`]). Any count works (slots are
@@ -193,10 +192,11 @@ impl<V: Copy + Default> ProbeMap<V> {
     /// block rather than up to 37.
     fn resize(&mut self, room: usize) {
         let slots = room.max(MIN_SLOTS);
-        let old = mem::replace(&mut self.slots, vec![(EMPTY, V::default()); slots].into());
+        assert!(slots <= u32::MAX as usize, "a worker map past 2^32 slots");
+        let old = mem::replace(&mut self.slots, vec![Slot::default(); slots].into());
         self.len = 0;
-        for (key, value) in old.iter().copied().filter(|slot| slot.0 != EMPTY) {
-            self.insert_new(key, value);
+        for slot in old.iter().filter(|slot| slot.key != EMPTY) {
+            self.insert_or_get(slot.key, slot.value);
         }
     }
 }
@@ -213,18 +213,22 @@ mod tests {
         /// Agrees with `HashMap` through inserts, updates and removals, including key 0 and
         /// keys that collide in their home slot.
         #[test]
-        fn matches_a_hash_map(ops in prop::collection::vec((0u64..48, any::<u8>(), 0u8..3), 1..400)) {
-            let mut map = ProbeMap::<u32>::default();
+        fn matches_a_hash_map(ops in prop::collection::vec((0u64..48, any::<u8>(), 0u8..4), 1..400)) {
+            let mut map = ProbeMap::default();
             let mut model: HashMap<u64, u32> = HashMap::new();
             for (key, value, op) in ops {
                 let key = key * 1024; // same low bits: long probe runs
                 match op {
                     0 => {
-                        let inserted = map.insert_new(key, value.into());
-                        prop_assert_eq!(inserted, !model.contains_key(&key));
+                        let existing = map.insert_or_get(key, value.into());
+                        prop_assert_eq!(existing, model.get(&key).copied());
                         model.entry(key).or_insert(value.into());
                     }
-                    1 => prop_assert_eq!(map.remove(key), model.remove(&key)),
+                    1 if model.contains_key(&key) => {
+                        map.set(key, value.into());
+                        model.insert(key, value.into());
+                    }
+                    2 => prop_assert_eq!(map.remove(key), model.remove(&key)),
                     _ => {
                         map.values_mut().for_each(|v| *v += 1);
                         model.values_mut().for_each(|v| *v += 1);
@@ -245,15 +249,15 @@ mod tests {
 
     #[test]
     fn churn_at_a_steady_size_does_not_grow_the_table() {
-        let mut map = ProbeMap::<()>::default();
+        let mut map = ProbeMap::default();
         for key in 1..=16_384u64 {
-            map.insert_new(key, ());
+            map.insert_or_get(key, 0);
         }
         let settled = map.bytes();
         for round in 0..8u64 {
             for key in 1..=16_384u64 {
                 map.remove(key + round * 16_384);
-                map.insert_new(key + (round + 1) * 16_384, ());
+                map.insert_or_get(key + (round + 1) * 16_384, 0);
             }
         }
         assert_eq!(map.len(), 16_384);
