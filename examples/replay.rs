@@ -149,6 +149,15 @@ fn run() -> Result<(), String> {
             "  bytes per live entry",
             format!("{:.1}", pool_stats.bytes as f64 / pool_stats.live_entries.max(1) as f64),
         ),
+        (
+            "  nodes / runs",
+            format!(
+                "{} / {} ({:.1} nodes per run)",
+                group(pool_stats.nodes),
+                group(pool_stats.runs),
+                pool_stats.nodes as f64 / pool_stats.runs.max(1) as f64
+            ),
+        ),
         ("  apply errors", group(pool_errors)),
         ("  answers differing from reference", group(disagreements)),
         (

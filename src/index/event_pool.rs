@@ -65,6 +65,9 @@ pub struct PoolStats {
     pub live_entries: u64,
     /// Live tree nodes, summed over lanes (a prefix two lanes' workers share counts twice).
     pub nodes: u64,
+    /// Live runs (chains of nodes with the same holders) the nodes form, summed over lanes: a
+    /// query visits one run per stretch of matched blocks.
+    pub runs: u64,
     /// Approximate heap bytes: the lanes' trees and run tables plus every worker's block map.
     pub bytes: u64,
 }
@@ -240,6 +243,7 @@ impl EventPool {
             }
             stats.live_entries += counters.entries.load(Ordering::Relaxed);
             stats.nodes += counters.nodes.load(Ordering::Relaxed);
+            stats.runs += counters.runs.load(Ordering::Relaxed);
             stats.bytes += counters.bytes.load(Ordering::Relaxed);
         }
         stats

@@ -27,6 +27,7 @@ pub(crate) struct LaneCounters {
     pub(crate) errors: [AtomicU64; ApplyErrorKind::ALL.len()],
     pub(crate) entries: AtomicU64,
     pub(crate) nodes: AtomicU64,
+    pub(crate) runs: AtomicU64,
     pub(crate) bytes: AtomicU64,
 }
 
@@ -346,6 +347,7 @@ impl IndexLane {
             self.workers.values().map(HeldBlocks::bytes).sum::<usize>() + self.trie.bytes(&guard);
         self.counters.entries.store(entries as u64, Ordering::Relaxed);
         self.counters.nodes.store(self.trie.node_count() as u64, Ordering::Relaxed);
+        self.counters.runs.store(self.trie.run_count() as u64, Ordering::Relaxed);
         self.counters.bytes.store(bytes as u64, Ordering::Relaxed);
     }
 }

@@ -105,6 +105,11 @@ impl LaneTrie {
         self.nodes.len() - self.free_nodes.len()
     }
 
+    /// Live runs.
+    pub(crate) fn run_count(&self) -> usize {
+        self.runs.len() - self.free_runs.len()
+    }
+
     /// Our sequence hash of `node`.
     pub(crate) fn seq(&self, node: NodeId, guard: &Guard) -> SequenceHash {
         let pos = self.nodes[node as usize];
