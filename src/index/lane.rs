@@ -47,20 +47,17 @@ pub(crate) struct WorkerBudget {
 /// One worker's blocks: engine hash → node.
 pub(crate) type HeldBlocks = ProbeMap;
 
-/// The node of a name entered while its event is checked, before the node is known.
-const PENDING: NodeId = NodeId::MAX;
-
 /// One lane's state; see the [module docs](self).
 pub(crate) struct IndexLane {
     trie: LaneTrie,
     workers: HashMap<Worker, HeldBlocks, ahash::RandomState>,
     budget: Arc<WorkerBudget>,
     counters: Arc<CachePadded<LaneCounters>>,
-    /// Reused buffers of one event: existing nodes a `Stored` newly holds with their names, node
-    /// lists for the trie, engine hashes new to the worker, content hashes of new blocks, the
-    /// last existing node of the chain, and the nodes a `Removed` drops.
-    path: Vec<(SequenceHash, NodeId)>,
-    joined: Vec<NodeId>,
+    /// Reused buffers of one event: existing nodes a `Stored` newly holds, node ids reserved for
+    /// its new blocks, engine hashes new to the worker, content hashes of new blocks, the last
+    /// existing node of the chain, and the nodes a `Removed` drops.
+    path: Vec<NodeId>,
+    reserved: Vec<NodeId>,
     fresh: Vec<u64>,
     appended: Vec<u64>,
     last_existing: Option<NodeId>,
@@ -100,7 +97,7 @@ impl IndexLane {
             budget,
             counters,
             path: Vec::new(),
-            joined: Vec::new(),
+            reserved: Vec::new(),
             fresh: Vec::new(),
             appended: Vec::new(),
             last_existing: None,
@@ -156,27 +153,17 @@ impl IndexLane {
             }
             return Err(ApplyError::HashConflict { worker, block });
         }
-        let held = self.workers.get_mut(&worker).expect("registered by validate");
-        self.joined.clear();
-        self.joined.extend(self.path.iter().map(|&(_, node)| node));
-        self.trie.add_holder(worker, &self.joined, guard);
-        for &(hash, node) in &self.path {
-            held.set(hash.0, node);
-        }
-        let new = &blocks[blocks.len() - self.appended.len()..];
-        self.joined.clear();
-        self.trie.append(worker, self.last_existing, &self.appended, &mut self.joined, guard);
-        for (block, &node) in new.iter().zip(&self.joined) {
-            held.set(block.hash.0, node);
-        }
+        self.trie.add_holder(worker, &self.path, guard);
+        self.trie.append(worker, self.last_existing, &self.appended, &self.reserved, guard);
         Ok(())
     }
 
     /// Checks a `Stored` chain against the tree and the worker's names, filling `path` (existing
-    /// nodes the worker will newly hold), `last_existing` and `appended` (content hashes of the
-    /// blocks with no node yet). Names new to the worker are entered (as [`PENDING`]) as they
-    /// are checked, which also catches one new name used twice; on a conflict they are taken out
-    /// again and the first offending engine hash is returned.
+    /// nodes the worker will newly hold), `last_existing`, and `appended` with `reserved` (content
+    /// hashes of the blocks with no node yet, and the node ids they will get). Names new to the
+    /// worker are entered as they are checked, which also catches one new name used twice; on a
+    /// conflict they are taken out again, the reserved ids given back, and the first offending
+    /// engine hash returned.
     fn validate(
         &mut self,
         worker: Worker,
@@ -189,6 +176,7 @@ impl IndexLane {
         self.path.clear();
         self.fresh.clear();
         self.appended.clear();
+        self.reserved.clear();
         let mut at = start;
         let mut rejected = None;
         for block in blocks {
@@ -196,16 +184,24 @@ impl IndexLane {
                 true => self.trie.next(at, block.local.0, guard),
                 false => None,
             };
-            let ok = match held.insert_or_get(block.hash.0, PENDING) {
+            let node = match next {
+                Some(node) => node,
+                None => {
+                    let node = self.trie.reserve_node();
+                    self.reserved.push(node);
+                    node
+                }
+            };
+            let ok = match held.insert_or_get(block.hash.0, node) {
                 // Storing a block twice is a no-op; one name for two blocks is a conflict.
-                Some(node) => Some(node) == next,
+                Some(existing) => Some(existing) == next,
                 None => {
                     self.fresh.push(block.hash.0);
                     match next {
                         // Not one block under two names.
                         Some(node) if self.trie.holds(node, worker, guard) => false,
                         Some(node) => {
-                            self.path.push((block.hash, node));
+                            self.path.push(node);
                             true
                         }
                         None => true,
@@ -228,6 +224,7 @@ impl IndexLane {
                 for &hash in &self.fresh {
                     held.remove(hash);
                 }
+                self.trie.unreserve(&self.reserved);
                 Err(block)
             }
         }
@@ -273,7 +270,7 @@ impl IndexLane {
         const KEEP: usize = 4096;
         if self.nodes.capacity() > KEEP || self.path.capacity() > KEEP {
             self.path = Vec::new();
-            self.joined = Vec::new();
+            self.reserved = Vec::new();
             self.fresh = Vec::new();
             self.appended = Vec::new();
             self.nodes = Vec::new();

@@ -192,15 +192,16 @@ impl LaneTrie {
     }
 
     /// Adds a branch held by `worker` below `at` (the root if `None`), which `worker` holds if
-    /// it is a node; appends the new nodes to `out`.
+    /// it is a node, as the nodes `ids` (from [`Self::reserve_node`]).
     pub(crate) fn append(
         &mut self,
         worker: Worker,
         at: Option<NodeId>,
         locals: &[u64],
-        out: &mut Vec<NodeId>,
+        ids: &[NodeId],
         guard: &Guard,
     ) {
+        debug_assert_eq!(locals.len(), ids.len(), "one reserved node per block");
         if locals.is_empty() {
             return;
         }
@@ -223,19 +224,17 @@ impl LaneTrie {
                 pos.run
             }
         };
-        let first = out.len();
         if parent != ROOT && self.extends_in_place(parent, worker, locals.len(), guard) {
             let state = self.state(parent, guard);
             let offset = state.locals.len();
             let joined: Vec<u64> = state.locals.iter().chain(locals).copied().collect();
-            for step in 0..locals.len() {
-                let pos = NodePos { run: parent, offset: (offset + step) as u32 };
-                out.push(self.alloc_node(pos));
+            for (step, &node) in ids.iter().enumerate() {
+                self.nodes[node as usize] = NodePos { run: parent, offset: (offset + step) as u32 };
             }
             let tail_seq = *seqs.last().expect("non-empty");
             let members = state.members.clone();
             let meta = self.meta_mut(parent);
-            meta.ids.extend_from_slice(&out[first..]);
+            meta.ids.extend_from_slice(ids);
             let kept =
                 seqs.iter().enumerate().filter(|(step, _)| (offset + step) % SEQ_STRIDE == 0);
             meta.seqs.extend(kept.map(|(_, &seq)| seq));
@@ -247,10 +246,8 @@ impl LaneTrie {
                 tail_seq: *seqs.last().expect("non-empty"),
                 members: Box::new([worker]),
             };
-            let ids = (0..locals.len()).map(|_| self.alloc_node(NodePos::default())).collect();
             let seqs = seqs.iter().step_by(SEQ_STRIDE).copied().collect();
-            let run = self.add_run(parent, state, ids, seqs, Vec::new(), guard);
-            out.extend_from_slice(&self.meta(run).ids);
+            self.add_run(parent, state, ids.to_vec(), seqs, Vec::new(), guard);
         }
     }
 
@@ -381,6 +378,17 @@ impl LaneTrie {
         let state = self.state(run, guard);
         let next = RunState { locals: state.locals.clone(), tail_seq: state.tail_seq, members };
         self.publish(run, next);
+    }
+
+    /// A node id for a block about to be appended (so its name can be entered first); give it
+    /// to [`Self::append`], or back through [`Self::unreserve`].
+    pub(crate) fn reserve_node(&mut self) -> NodeId {
+        self.alloc_node(NodePos::default())
+    }
+
+    /// Returns reserved node ids that will not be used.
+    pub(crate) fn unreserve(&mut self, ids: &[NodeId]) {
+        self.free_nodes.extend_from_slice(ids);
     }
 
     fn alloc_node(&mut self, pos: NodePos) -> NodeId {

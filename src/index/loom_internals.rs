@@ -33,9 +33,9 @@ impl LoomLane {
 
     /// Adds a branch held by `worker` below `at` (the root if `None`); returns its nodes.
     pub fn append(&mut self, worker: Worker, at: Option<u32>, locals: &[u64]) -> Vec<u32> {
-        let mut out = Vec::new();
-        self.trie.append(worker, at, locals, &mut out, &pin());
-        out
+        let ids: Vec<u32> = locals.iter().map(|_| self.trie.reserve_node()).collect();
+        self.trie.append(worker, at, locals, &ids, &pin());
+        ids
     }
 
     /// Makes `worker` a holder of the existing consecutive `nodes`.

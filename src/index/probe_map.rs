@@ -138,16 +138,6 @@ impl ProbeMap {
         None
     }
 
-    /// Sets the value of `key`, which must be present.
-    pub(crate) fn set(&mut self, key: u64, value: u32) {
-        if key == EMPTY {
-            self.empty_key = Some(value);
-            return;
-        }
-        let at = self.find(key).expect("set of a present key");
-        self.slots[at].value = value;
-    }
-
     pub(crate) fn remove(&mut self, key: u64) -> Option<u32> {
         if key == EMPTY {
             return self.empty_key.take();
@@ -213,7 +203,7 @@ mod tests {
         /// Agrees with `HashMap` through inserts, updates and removals, including key 0 and
         /// keys that collide in their home slot.
         #[test]
-        fn matches_a_hash_map(ops in prop::collection::vec((0u64..48, any::<u8>(), 0u8..4), 1..400)) {
+        fn matches_a_hash_map(ops in prop::collection::vec((0u64..48, any::<u8>(), 0u8..3), 1..400)) {
             let mut map = ProbeMap::default();
             let mut model: HashMap<u64, u32> = HashMap::new();
             for (key, value, op) in ops {
@@ -224,11 +214,7 @@ mod tests {
                         prop_assert_eq!(existing, model.get(&key).copied());
                         model.entry(key).or_insert(value.into());
                     }
-                    1 if model.contains_key(&key) => {
-                        map.set(key, value.into());
-                        model.insert(key, value.into());
-                    }
-                    2 => prop_assert_eq!(map.remove(key), model.remove(&key)),
+                    1 => prop_assert_eq!(map.remove(key), model.remove(&key)),
                     _ => {
                         map.values_mut().for_each(|v| *v += 1);
                         model.values_mut().for_each(|v| *v += 1);
