@@ -112,8 +112,9 @@ fn two_lanes_changing_one_prefix_answer_independently() {
     });
 }
 
-/// Worker 4 holds [1, 2] (shared with worker 3) and [3] below it. Its removal drops the deeper
-/// run first, so a reader sees a prefix of what worker 4 held, and worker 3 untouched.
+/// Worker 4 holds [1, 2] (shared with worker 3) and [3] below it. Whichever run its removal
+/// changes first, a reader sees a prefix of what worker 4 held (a worker counts until its first
+/// missing block), and worker 3 untouched.
 #[test]
 fn worker_removal_racing_a_reader_sees_a_prefix() {
     loom::model(|| {

@@ -263,6 +263,18 @@ impl LaneTrie {
 
     /// Drops `worker` as a holder of `nodes`, all of which it holds.
     pub(crate) fn release(&mut self, worker: Worker, nodes: &[NodeId], guard: &Guard) {
+        // Engines list evicted blocks in chain order (tail first), which makes few stretches:
+        // release them in that order, reading each node's position as it is reached (earlier
+        // stretches may have split its run). Any other order is sorted into stretches first.
+        if self.stretches_in_order(nodes) * 4 <= nodes.len().max(32) {
+            let mut at = 0;
+            while at < nodes.len() {
+                let (run, first, last, end) = self.stretch_at(nodes, at);
+                self.release_stretch(worker, run, first, last, guard);
+                at = end;
+            }
+            return;
+        }
         let mut spots = std::mem::take(&mut self.spots);
         spots.clear();
         spots.extend(nodes.iter().map(|&node| {
@@ -271,14 +283,7 @@ impl LaneTrie {
         }));
         // Per run from its last offset down, so splitting off a released stretch leaves the
         // offsets still to do where they were.
-        // Engines list evicted blocks in chain order (either way), so usually no sort is needed.
-        if !spots.is_sorted_by(|a, b| a >= b) {
-            if spots.is_sorted() {
-                spots.reverse();
-            } else {
-                spots.sort_unstable_by(|a, b| b.cmp(a));
-            }
-        }
+        spots.sort_unstable_by(|a, b| b.cmp(a));
         let mut at = 0;
         while at < spots.len() {
             let (run, last) = spots[at];
@@ -291,6 +296,40 @@ impl LaneTrie {
             self.release_stretch(worker, run, first, last, guard);
         }
         self.spots = spots;
+    }
+
+    /// The stretch of consecutive offsets in one run that `nodes[at..]` starts with (listed in
+    /// either direction): its run, first and last offsets, and where the next stretch starts.
+    fn stretch_at(&self, nodes: &[NodeId], at: usize) -> (RunId, u32, u32, usize) {
+        let start = self.nodes[nodes[at] as usize];
+        let (mut first, mut last) = (start.offset, start.offset);
+        let mut end = at + 1;
+        while let Some(&node) = nodes.get(end) {
+            let pos = self.nodes[node as usize];
+            if pos.run != start.run {
+                break;
+            }
+            if pos.offset + 1 == first {
+                first -= 1;
+            } else if pos.offset == last + 1 {
+                last += 1;
+            } else {
+                break;
+            }
+            end += 1;
+        }
+        (start.run, first, last, end)
+    }
+
+    /// How many stretches [`Self::stretch_at`] finds in `nodes` as they are now.
+    fn stretches_in_order(&self, nodes: &[NodeId]) -> usize {
+        let mut count = 0;
+        let mut at = 0;
+        while at < nodes.len() {
+            at = self.stretch_at(nodes, at).3;
+            count += 1;
+        }
+        count
     }
 
     fn release_stretch(&mut self, worker: Worker, run: RunId, first: u32, last: u32, g: &Guard) {
