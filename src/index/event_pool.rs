@@ -173,8 +173,10 @@ impl EventPool {
         OverlapScores::from_pairs(scores)
     }
 
-    /// Like [`Self::find_matches`], but stops once a single worker still matches (that
-    /// worker's depth is then a lower bound).
+    /// Like [`Self::find_matches`], but as if the walk stopped once a single worker still
+    /// matched: that worker's depth is then a lower bound (one past the runner-up's). The answer
+    /// equals the reference's early-exit walk; it is derived from the full walk, which compares
+    /// whole runs and so costs little more.
     pub fn find_matches_early_exit(&self, query: &[LocalBlockHash]) -> OverlapScores {
         let mut scores = self.find_matches(query).into_pairs();
         // The walk stops once one worker is left: right after the runner-up drops out.
