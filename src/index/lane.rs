@@ -113,10 +113,8 @@ impl IndexLane {
             KvEventData::Removed { blocks } => self.remove(worker, blocks, &guard),
             KvEventData::Cleared => match self.workers.get_mut(&worker) {
                 Some(held) => {
-                    self.nodes.clear();
-                    self.nodes.extend(held.iter().map(|(_, node)| node));
-                    *held = HeldBlocks::default();
-                    self.trie.release(worker, &self.nodes, &guard);
+                    let held = std::mem::take(held);
+                    self.release_all(worker, &held, &guard);
                     Ok(())
                 }
                 None => Err(ApplyError::UnknownWorker { worker }),
@@ -277,15 +275,20 @@ impl IndexLane {
         }
     }
 
+    /// Drops `worker` as a holder of every block in `held`, already taken out of its map.
+    fn release_all(&mut self, worker: Worker, held: &HeldBlocks, guard: &Guard) {
+        self.nodes.clear();
+        self.nodes.extend(held.iter().map(|(_, node)| node));
+        self.trie.release(worker, &self.nodes, guard);
+    }
+
     /// Forgets the workers `matches` selects; returns them.
     pub(crate) fn remove_workers(&mut self, matches: impl Fn(Worker) -> bool) -> Vec<Worker> {
         let doomed: Vec<Worker> = self.workers.keys().copied().filter(|&w| matches(w)).collect();
         for worker in &doomed {
             let guard = epoch::pin();
             let held = self.workers.remove(worker).expect("listed above");
-            self.nodes.clear();
-            self.nodes.extend(held.iter().map(|(_, node)| node));
-            self.trie.release(*worker, &self.nodes, &guard);
+            self.release_all(*worker, &held, &guard);
             self.trie.end_event(&guard);
             self.budget.known.fetch_sub(1, Ordering::Relaxed);
         }

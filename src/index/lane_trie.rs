@@ -154,13 +154,13 @@ impl LaneTrie {
             None => None,
             Some(node) => {
                 let pos = self.nodes[node as usize];
-                let meta = self.meta(pos.run);
+                let state = self.state(pos.run, guard);
                 let offset = pos.offset as usize + 1;
-                if offset < meta.ids.len() {
-                    let state = self.state(pos.run, guard);
-                    return (state.locals[offset] == local).then(|| meta.ids[offset]);
+                if offset < state.locals.len() {
+                    let ids = &self.meta(pos.run).ids;
+                    return (state.locals[offset] == local).then(|| ids[offset]);
                 }
-                Some(SequenceHash(self.state(pos.run, guard).tail_seq))
+                Some(SequenceHash(state.tail_seq))
             }
         };
         let key = next_sequence_hash(parent_seq, LocalBlockHash(local)).0;
@@ -266,7 +266,7 @@ impl LaneTrie {
         // Engines list evicted blocks in chain order (tail first), which makes few stretches:
         // release them in that order, reading each node's position as it is reached (earlier
         // stretches may have split its run). Any other order is sorted into stretches first.
-        if self.stretches_in_order(nodes) * 4 <= nodes.len().max(32) {
+        if self.few_stretches_in_order(nodes) {
             let mut at = 0;
             while at < nodes.len() {
                 let (run, first, last, end) = self.stretch_at(nodes, at);
@@ -321,15 +321,20 @@ impl LaneTrie {
         (start.run, first, last, end)
     }
 
-    /// How many stretches [`Self::stretch_at`] finds in `nodes` as they are now.
-    fn stretches_in_order(&self, nodes: &[NodeId]) -> usize {
+    /// Whether [`Self::stretch_at`] cuts `nodes`, as they are now, into few stretches (at most
+    /// one per four nodes, or eight): stops counting once there are more.
+    fn few_stretches_in_order(&self, nodes: &[NodeId]) -> bool {
+        let limit = nodes.len().max(32) / 4;
         let mut count = 0;
         let mut at = 0;
         while at < nodes.len() {
+            if count == limit {
+                return false;
+            }
             at = self.stretch_at(nodes, at).3;
             count += 1;
         }
-        count
+        true
     }
 
     fn release_stretch(&mut self, worker: Worker, run: RunId, first: u32, last: u32, g: &Guard) {
