@@ -11,8 +11,8 @@ use crossbeam_utils::CachePadded;
 
 use crate::event::{ApplyError, ApplyErrorKind, KvEventData, RouterEvent, SequenceHash};
 use crate::event::{StoredBlock, Worker, WorkerId};
+use crate::index::held_blocks::HeldBlocks;
 use crate::index::lane_trie::{LaneTrie, NodeId};
-use crate::index::probe_map::ProbeMap;
 use crate::index::run_table::RunTable;
 use crate::index::worker_dump::dump_worker;
 use crate::pool::Lane;
@@ -43,9 +43,6 @@ pub(crate) struct WorkerBudget {
     pub(crate) known: AtomicUsize,
     pub(crate) max: usize,
 }
-
-/// One worker's blocks: engine hash → node.
-pub(crate) type HeldBlocks = ProbeMap;
 
 /// One lane's state; see the [module docs](self).
 pub(crate) struct IndexLane {
@@ -133,10 +130,12 @@ impl IndexLane {
     ) -> Result<(), ApplyError> {
         let start = match parent {
             None => None,
-            Some(parent) => match self.workers.get(&worker).and_then(|held| held.get(parent.0)) {
-                Some(node) => Some(node),
-                None => return Err(ApplyError::UnknownParent { worker, parent }),
-            },
+            Some(parent) => {
+                match self.workers.get(&worker).and_then(|h| h.get(parent.0, &self.trie)) {
+                    Some(node) => Some(node),
+                    None => return Err(ApplyError::UnknownParent { worker, parent }),
+                }
+            }
         };
         let created = !self.workers.contains_key(&worker);
         if created && self.budget.known.fetch_add(1, Ordering::Relaxed) >= self.budget.max {
@@ -185,15 +184,16 @@ impl IndexLane {
             let node = match next {
                 Some(node) => node,
                 None => {
-                    let node = self.trie.reserve_node();
+                    let node = self.trie.reserve_node(block.hash.0);
                     self.reserved.push(node);
                     node
                 }
             };
-            let ok = match held.insert_or_get(block.hash.0, node) {
+            let ok = match held.get(block.hash.0, &self.trie) {
                 // Storing a block twice is a no-op; one name for two blocks is a conflict.
                 Some(existing) => Some(existing) == next,
                 None => {
+                    held.insert(block.hash.0, node, &self.trie);
                     self.fresh.push(block.hash.0);
                     match next {
                         // Not one block under two names.
@@ -220,7 +220,7 @@ impl IndexLane {
             None => Ok(()),
             Some(block) => {
                 for &hash in &self.fresh {
-                    held.remove(hash);
+                    held.remove(hash, &self.trie);
                 }
                 self.trie.unreserve(&self.reserved);
                 Err(block)
@@ -242,7 +242,7 @@ impl IndexLane {
         self.nodes.clear();
         held.prefetch(blocks.iter().map(|hash| hash.0));
         for &hash in blocks {
-            match held.remove(hash.0) {
+            match held.remove(hash.0, &self.trie) {
                 Some(node) => self.nodes.push(node),
                 None => {
                     unknown += 1;
@@ -262,7 +262,7 @@ impl IndexLane {
         if self.trie.sparse() {
             let renamed = self.trie.compact();
             for held in self.workers.values_mut() {
-                held.values_mut().for_each(|node| *node = renamed[*node as usize]);
+                held.nodes_mut().for_each(|node| *node = renamed[*node as usize]);
             }
         }
         const KEEP: usize = 4096;
@@ -278,7 +278,7 @@ impl IndexLane {
     /// Drops `worker` as a holder of every block in `held`, already taken out of its map.
     fn release_all(&mut self, worker: Worker, held: &HeldBlocks, guard: &Guard) {
         self.nodes.clear();
-        self.nodes.extend(held.iter().map(|(_, node)| node));
+        self.nodes.extend(held.nodes());
         self.trie.release(worker, &self.nodes, guard);
     }
 
@@ -314,7 +314,8 @@ impl IndexLane {
             .iter()
             .map(|(&worker, held)| {
                 let seq = |node| self.trie.seq(node, &guard);
-                let blocks = held.iter().map(|(hash, node)| (SequenceHash(hash), seq(node)));
+                let blocks =
+                    held.iter(&self.trie).map(|(hash, node)| (SequenceHash(hash), seq(node)));
                 (worker, blocks.collect())
             })
             .collect()

@@ -32,10 +32,12 @@ const SEQ_STRIDE: usize = 16;
 /// least a quarter of the result, a new run is cheaper.
 const COPY_APPEND_LIMIT: usize = 256;
 
+/// Where a node sits, and the name (engine hash) its first holder gave it.
 #[derive(Clone, Copy, Debug, Default)]
 struct NodePos {
     run: RunId,
     offset: u32,
+    name: u64,
 }
 
 struct RunMeta {
@@ -125,6 +127,12 @@ impl LaneTrie {
         let from = offset / SEQ_STRIDE * SEQ_STRIDE;
         let start = self.meta(run).seqs[offset / SEQ_STRIDE];
         chain(start, &state.locals[from + 1..=offset])
+    }
+
+    /// The name (engine hash) `node`'s first holder gave it.
+    #[inline]
+    pub(crate) fn name(&self, node: NodeId) -> u64 {
+        self.nodes[node as usize].name
     }
 
     /// The content hash of `node`.
@@ -229,7 +237,8 @@ impl LaneTrie {
             let offset = state.locals.len();
             let joined: Vec<u64> = state.locals.iter().chain(locals).copied().collect();
             for (step, &node) in ids.iter().enumerate() {
-                self.nodes[node as usize] = NodePos { run: parent, offset: (offset + step) as u32 };
+                let pos = &mut self.nodes[node as usize];
+                (pos.run, pos.offset) = (parent, (offset + step) as u32);
             }
             let tail_seq = *seqs.last().expect("non-empty");
             let members = state.members.clone();
@@ -424,10 +433,11 @@ impl LaneTrie {
         self.publish(run, next);
     }
 
-    /// A node id for a block about to be appended (so its name can be entered first); give it
-    /// to [`Self::append`], or back through [`Self::unreserve`].
-    pub(crate) fn reserve_node(&mut self) -> NodeId {
-        self.alloc_node(NodePos::default())
+    /// A node id for a block about to be appended, which its first holder names `name` (so
+    /// the name can be entered first); give it to [`Self::append`], or back through
+    /// [`Self::unreserve`].
+    pub(crate) fn reserve_node(&mut self, name: u64) -> NodeId {
+        self.alloc_node(NodePos { name, ..NodePos::default() })
     }
 
     /// Returns reserved node ids that will not be used.
@@ -470,7 +480,8 @@ impl LaneTrie {
             }
         };
         for (offset, &node) in ids.iter().enumerate() {
-            self.nodes[node as usize] = NodePos { run: id, offset: offset as u32 };
+            let pos = &mut self.nodes[node as usize];
+            (pos.run, pos.offset) = (id, offset as u32);
         }
         for &child in &children {
             self.meta_mut(child).parent = id;
@@ -535,9 +546,10 @@ impl LaneTrie {
             }
             meta.children.iter_mut().for_each(|child| *child = run_map[*child as usize]);
             for (offset, node) in meta.ids.iter_mut().enumerate() {
+                let name = self.nodes[*node as usize].name;
                 node_map[*node as usize] = nodes.len() as NodeId;
                 *node = nodes.len() as NodeId;
-                nodes.push(NodePos { run: id as RunId, offset: offset as u32 });
+                nodes.push(NodePos { run: id as RunId, offset: offset as u32, name });
             }
         }
         self.runs = runs;

@@ -6,6 +6,7 @@
 //!   structure is checked against it.
 
 mod event_pool;
+mod held_blocks;
 mod lane;
 mod lane_trie;
 mod probe_map;
@@ -13,6 +14,7 @@ mod reference;
 mod run;
 mod run_table;
 mod scores;
+mod tag_map;
 mod worker_dump;
 
 use std::collections::BTreeMap;

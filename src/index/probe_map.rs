@@ -94,21 +94,6 @@ impl ProbeMap {
         self.find(key).map(|at| self.slots[at].value)
     }
 
-    /// Touches the home slots of `keys` ahead of lookups: the loads are independent, so their
-    /// cache misses overlap instead of each lookup waiting for its own.
-    pub(crate) fn prefetch(&self, keys: impl Iterator<Item = u64>) {
-        if self.slots.is_empty() {
-            return;
-        }
-        let slots = self.slots.len();
-        let touched = keys.fold(0u64, |acc, key| acc ^ self.slots[home(key, slots)].key);
-        std::hint::black_box(touched);
-    }
-
-    pub(crate) fn contains_key(&self, key: u64) -> bool {
-        self.get(key).is_some()
-    }
-
     /// Inserts `value` unless `key` is present, in which case its value is returned.
     pub(crate) fn insert_or_get(&mut self, key: u64, value: u32) -> Option<u32> {
         if key == EMPTY {

@@ -1,7 +1,7 @@
 //! The `Stored` events that rebuild one worker's blocks, from its names and the lane's tree.
 
 use crate::event::{SequenceHash, StoredBlock};
-use crate::index::lane::HeldBlocks;
+use crate::index::held_blocks::HeldBlocks;
 use crate::index::lane_trie::{LaneTrie, NodeId};
 use crate::sync::epoch::Guard;
 use crate::u64_map::U64Map;
@@ -16,11 +16,11 @@ pub(crate) type DumpedChain = (Option<SequenceHash>, Vec<StoredBlock>, Vec<Seque
 /// are still nodes of the tree while those descendants live; they come back as placeholder
 /// blocks with engine hashes the worker does not use.
 pub(crate) fn dump_worker(held: &HeldBlocks, trie: &LaneTrie, guard: &Guard) -> Vec<DumpedChain> {
-    let name: U64Map<u64> = held.iter().map(|(hash, node)| (u64::from(node), hash)).collect();
+    let name: U64Map<u64> = held.iter(trie).map(|(hash, node)| (u64::from(node), hash)).collect();
     let mut done: U64Map<()> = U64Map::default();
     let mut out = Vec::new();
     let mut next_placeholder = 0u64;
-    let mut sorted: Vec<(u64, NodeId)> = held.iter().collect();
+    let mut sorted: Vec<(u64, NodeId)> = held.iter(trie).collect();
     sorted.sort_unstable_by_key(|&(hash, _)| hash);
     for (hash, node) in sorted {
         if done.contains_key(&u64::from(node)) {
@@ -37,7 +37,7 @@ pub(crate) fn dump_worker(held: &HeldBlocks, trie: &LaneTrie, guard: &Guard) -> 
             match name.get(&u64::from(up)) {
                 Some(&held_name) => chain.push((SequenceHash(held_name), up, true)),
                 None => {
-                    while held.contains_key(next_placeholder) {
+                    while held.get(next_placeholder, trie).is_some() {
                         next_placeholder += 1;
                     }
                     chain.push((SequenceHash(next_placeholder), up, false));

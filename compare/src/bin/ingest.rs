@@ -1,0 +1,96 @@
+//! Ingest only, for working on kvroute's lanes: the comparison's event stream applied to a fresh
+//! `EventPool` `--reps` times in one process, printing each time and the fastest. Events are
+//! cloned before the clock starts (unlike the comparison, which clones inside the timed ingest). With
+//! `--lanes 1` the lane thread is the bottleneck and the producer has the other core, so the
+//! figure tracks a lane's cost per block op with little scheduling noise.
+//!
+//! ```sh
+//! cargo run --release -p kvroute-compare --bin ingest -- --dup 1 --lanes 1 --reps 7
+//! ```
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use kvroute::index::{EventPool, PoolConfig};
+use kvroute_compare::workload::{self, EngineHashes};
+
+fn main() -> ExitCode {
+    let (mut dup, mut lanes, mut reps) = (1u32, 1usize, 7usize);
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next().and_then(|v| v.parse::<usize>().ok());
+        match (flag.as_str(), value) {
+            ("--dup", Some(v)) => dup = v.max(1) as u32,
+            ("--lanes", Some(v)) => lanes = v.max(1),
+            ("--reps", Some(v)) => reps = v.max(1),
+            _ => {
+                eprintln!("usage: ingest [--dup N] [--lanes L] [--reps R]");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let workload = match workload::build(dup, EngineHashes::Shared) {
+        Ok(workload) => workload,
+        Err(error) => {
+            eprintln!("{error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let block_ops: usize = workload.events.iter().map(|e| e.block_ops()).sum();
+    println!("{}", workload.description);
+    let mut times = Vec::with_capacity(reps);
+    let mut lane_cpus = Vec::with_capacity(reps);
+    for rep in 1..=reps {
+        let pool = EventPool::new(PoolConfig { lanes, ..PoolConfig::default() });
+        // Cloned ahead, so the producer only sends and the lanes are the bottleneck.
+        let events = workload.events.clone();
+        let start = Instant::now();
+        for event in events {
+            pool.apply_blocking(event).expect("lanes are alive");
+        }
+        pool.flush().expect("lanes are alive");
+        let elapsed = start.elapsed().as_secs_f64();
+        let stats = pool.stats();
+        let lane_cpu = lane_cpu_seconds();
+        lane_cpus.push(lane_cpu);
+        println!(
+            "rep {rep}: {:.1} ms, {:.2} M block-ops/s, lanes on cpu {:.1} ms ({:.1} ns/op), {:.1} B/entry, {} nodes, {} runs",
+            elapsed * 1e3,
+            block_ops as f64 / elapsed / 1e6,
+            lane_cpu * 1e3,
+            lane_cpu * 1e9 / block_ops as f64,
+            stats.bytes as f64 / stats.live_entries.max(1) as f64,
+            stats.nodes,
+            stats.runs,
+        );
+        times.push(elapsed);
+        drop(pool);
+    }
+    times.sort_by(f64::total_cmp);
+    lane_cpus.sort_by(f64::total_cmp);
+    let (best, median) = (times[0], times[times.len() / 2]);
+    println!(
+        "{lanes} lane(s), {block_ops} block ops: best {:.2}, median {:.2} M block-ops/s; lane cpu \
+         per op: best {:.1}, median {:.1} ns",
+        block_ops as f64 / best / 1e6,
+        block_ops as f64 / median / 1e6,
+        lane_cpus[0] * 1e9 / block_ops as f64,
+        lane_cpus[lane_cpus.len() / 2] * 1e9 / block_ops as f64,
+    );
+    ExitCode::SUCCESS
+}
+
+/// CPU time so far of this process's live lane threads (Linux `schedstat`; 0 elsewhere).
+fn lane_cpu_seconds() -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0.0 };
+    let mut nanos = 0u64;
+    for task in tasks.flatten() {
+        let path = task.path();
+        let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        if comm.starts_with("kvroute-lane") {
+            let schedstat = std::fs::read_to_string(path.join("schedstat")).unwrap_or_default();
+            nanos += schedstat.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
+        }
+    }
+    nanos as f64 / 1e9
+}

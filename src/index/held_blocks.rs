@@ -1,0 +1,80 @@
+//! [`HeldBlocks`]: one worker's blocks, found by the engine hash (name) the worker gave them.
+//!
+//! Each node records the name its first holder gave it ([`LaneTrie::name`]). A worker's entries
+//! under that name, the usual case (one holder, or engines that agree on names), go in a
+//! [`TagMap`] of 8-byte slots that confirms a match against the node's own record; entries
+//! under any other name (engines with per-worker hash seeds naming a shared prefix) and the
+//! rare entry the tag map spills go in a [`ProbeMap`] keyed by the full name.
+
+use crate::index::lane_trie::{LaneTrie, NodeId};
+use crate::index::probe_map::ProbeMap;
+use crate::index::tag_map::TagMap;
+
+/// See the [module docs](self).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct HeldBlocks {
+    /// Entries under their node's recorded name.
+    tagged: TagMap,
+    /// Entries under other names, by name.
+    named: ProbeMap,
+}
+
+impl HeldBlocks {
+    pub(crate) fn len(&self) -> usize {
+        self.tagged.len() + self.named.len()
+    }
+
+    /// Heap bytes held.
+    pub(crate) fn bytes(&self) -> usize {
+        self.tagged.bytes() + self.named.bytes()
+    }
+
+    /// The node this worker named `name`.
+    pub(crate) fn get(&self, name: u64, trie: &LaneTrie) -> Option<NodeId> {
+        let tagged = self.tagged.get(name, |node| trie.name(node) == name);
+        tagged.or_else(|| self.named.get(name))
+    }
+
+    /// Fetches the places of `names` ahead of looking them up (see [`TagMap::prefetch`]).
+    pub(crate) fn prefetch(&self, names: impl Iterator<Item = u64>) {
+        self.tagged.prefetch(names);
+    }
+
+    /// Records that this worker names `node` `name`; the caller has checked that it names no
+    /// node `name` yet.
+    pub(crate) fn insert(&mut self, name: u64, node: NodeId, trie: &LaneTrie) {
+        if trie.name(node) != name {
+            self.named.insert_or_get(name, node);
+            return;
+        }
+        self.tagged.insert(name, node);
+        while let Some(left) = self.tagged.take_spilled() {
+            self.named.insert_or_get(trie.name(left), left);
+        }
+    }
+
+    /// Forgets the name `name`; returns the node it named.
+    pub(crate) fn remove(&mut self, name: u64, trie: &LaneTrie) -> Option<NodeId> {
+        let tagged = self.tagged.remove(name, |node| trie.name(node) == name);
+        tagged.or_else(|| self.named.remove(name))
+    }
+
+    /// Every (name, node), in no particular order.
+    pub(crate) fn iter<'a>(
+        &'a self,
+        trie: &'a LaneTrie,
+    ) -> impl Iterator<Item = (u64, NodeId)> + 'a {
+        let tagged = self.tagged.nodes().map(|node| (trie.name(node), node));
+        tagged.chain(self.named.iter())
+    }
+
+    /// Every node, in no particular order.
+    pub(crate) fn nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.tagged.nodes().chain(self.named.iter().map(|(_, node)| node))
+    }
+
+    /// Every node, to rewrite in place when the trie renumbers them (names move with nodes).
+    pub(crate) fn nodes_mut(&mut self) -> impl Iterator<Item = &mut NodeId> + '_ {
+        self.tagged.nodes_mut().chain(self.named.values_mut())
+    }
+}

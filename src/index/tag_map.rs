@@ -1,0 +1,359 @@
+//! [`TagMap`]: a single-owner set of node ids, found by a 32-bit tag of a name that the caller
+//! confirms against the node itself.
+//!
+//! Built for one worker's blocks, where the lookup structure is what a lane touches at random
+//! for every block it stores or removes: a slot is 8 bytes (tag and node), half what a map
+//! holding the 64-bit name would need, because the node already records its name. Bucketed
+//! cuckoo hashing: a tag lives in one of two buckets of [`WAYS`] slots, each bucket one cache
+//! line, both derived from the tag alone (so the table can move entries without their names).
+//! A lookup reads at most two lines, which can be fetched ahead; a removal clears one slot (no
+//! tombstones, no shifting), so churn at a steady size never grows the table. It grows by half
+//! past 7/8 load and shrinks below 1/8.
+//!
+//! An entry that cannot be placed in a table not yet half full (only many names sharing one
+//! tag do that) is handed back as *spilled* rather than growing the table without bound: the
+//! owner keeps it elsewhere.
+
+use std::mem;
+
+use crate::index::lane_trie::NodeId;
+
+/// Slots per bucket: 8 × (4-byte tag + 4-byte node) = one 64-byte line.
+const WAYS: usize = 8;
+/// The tag of a free slot (real tags are odd).
+const FREE: u32 = 0;
+/// Moves one placement may make before the table grows (or spills) instead.
+const MAX_KICKS: usize = 64;
+
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
+struct Bucket {
+    tags: [u32; WAYS],
+    nodes: [NodeId; WAYS],
+}
+
+impl Bucket {
+    const EMPTY: Bucket = Bucket { tags: [FREE; WAYS], nodes: [0; WAYS] };
+
+    /// Puts the entry in a free slot, if there is one.
+    #[inline]
+    fn put(&mut self, tag: u32, node: NodeId) -> bool {
+        match self.tags.iter().position(|&t| t == FREE) {
+            Some(way) => {
+                self.tags[way] = tag;
+                self.nodes[way] = node;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// The tag of a name: 32 well-mixed bits, never [`FREE`].
+#[inline]
+pub(crate) fn tag_of(name: u64) -> u32 {
+    // Names may be small or patterned (engine hashes, tests): mix first.
+    let mixed = (name ^ (name >> 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    ((mixed >> 32) as u32) | 1
+}
+
+/// The two buckets of `tag` in a table of `n` (distinct when `n > 1`); any `n` works, as
+/// buckets are found by multiplying, not masking.
+#[inline]
+fn buckets_of(tag: u32, n: usize) -> (usize, usize) {
+    let scale = |bits: u32| ((u64::from(bits) * n as u64) >> 32) as usize;
+    let first = scale(tag);
+    let alt = (tag ^ (tag >> 16)).wrapping_mul(0x7FEB_352D);
+    let second = scale(alt ^ (alt >> 15));
+    if second != first || n == 1 { (first, second) } else { (first, (first + 1) % n) }
+}
+
+/// See the [module docs](self).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TagMap {
+    buckets: Box<[Bucket]>,
+    len: usize,
+    /// Picks which slot a placement displaces, so a walk does not cycle between two entries.
+    kick: u32,
+    /// Entries handed back (see the module docs), for the owner to take.
+    spilled: Vec<NodeId>,
+}
+
+impl TagMap {
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Heap bytes held.
+    pub(crate) fn bytes(&self) -> usize {
+        self.buckets.len() * mem::size_of::<Bucket>() + self.spilled.capacity() * 4
+    }
+
+    fn slots(&self) -> usize {
+        self.buckets.len() * WAYS
+    }
+
+    /// The (bucket, way) of the entry tagged like `name` whose node `is_named` confirms.
+    #[inline]
+    fn find(&self, name: u64, is_named: impl Fn(NodeId) -> bool) -> Option<(usize, usize)> {
+        if self.buckets.is_empty() {
+            return None;
+        }
+        let tag = tag_of(name);
+        let (first, second) = buckets_of(tag, self.buckets.len());
+        for bucket in [first, second] {
+            let slots = &self.buckets[bucket];
+            for way in 0..WAYS {
+                if slots.tags[way] == tag && is_named(slots.nodes[way]) {
+                    return Some((bucket, way));
+                }
+            }
+        }
+        None
+    }
+
+    /// The node named `name`, as `is_named` confirms.
+    pub(crate) fn get(&self, name: u64, is_named: impl Fn(NodeId) -> bool) -> Option<NodeId> {
+        self.find(name, is_named).map(|(bucket, way)| self.buckets[bucket].nodes[way])
+    }
+
+    /// Touches both buckets of each of `names` ahead of their lookups: the loads are
+    /// independent, so their cache misses overlap instead of each lookup waiting for its own.
+    pub(crate) fn prefetch(&self, names: impl Iterator<Item = u64>) {
+        if self.buckets.is_empty() {
+            return;
+        }
+        let n = self.buckets.len();
+        let touched = names.fold(0u32, |acc, name| {
+            let (first, second) = buckets_of(tag_of(name), n);
+            acc ^ self.buckets[first].tags[0] ^ self.buckets[second].tags[0]
+        });
+        std::hint::black_box(touched);
+    }
+
+    /// Adds `node` under `name`'s tag; the caller has checked that no node is named `name`.
+    /// Afterwards [`Self::take_spilled`] may hand back an entry.
+    pub(crate) fn insert(&mut self, name: u64, node: NodeId) {
+        if (self.len + 1) * 8 > self.slots() * 7 {
+            self.resize((self.len + 1) * 3 / 2);
+        }
+        let mut entry = (tag_of(name), node);
+        loop {
+            match self.place(entry) {
+                Ok(()) => {
+                    self.len += 1;
+                    return;
+                }
+                // The new entry is in; `left` (perhaps another) is out.
+                Err(left) => entry = left,
+            }
+            if self.len * 2 < self.slots() {
+                // Not crowded, so the tag is shared by too many entries: spill one.
+                self.spilled.push(entry.1);
+                return;
+            }
+            self.resize(self.slots() * 3 / 2);
+        }
+    }
+
+    /// Entries handed back since the last call (usually none).
+    pub(crate) fn take_spilled(&mut self) -> Option<NodeId> {
+        self.spilled.pop()
+    }
+
+    /// Puts an entry in a free slot of one of its buckets, displacing entries to their other
+    /// bucket if both are full; hands back the entry left over if that walk does not end soon.
+    fn place(&mut self, (mut tag, mut node): (u32, NodeId)) -> Result<(), (u32, NodeId)> {
+        let n = self.buckets.len();
+        let (first, second) = buckets_of(tag, n);
+        if self.buckets[first].put(tag, node) || self.buckets[second].put(tag, node) {
+            return Ok(());
+        }
+        let mut bucket = first;
+        for _ in 0..MAX_KICKS {
+            self.kick = self.kick.wrapping_add(1);
+            let way = self.kick as usize % WAYS;
+            let slots = &mut self.buckets[bucket];
+            tag = mem::replace(&mut slots.tags[way], tag);
+            node = mem::replace(&mut slots.nodes[way], node);
+            let (a, b) = buckets_of(tag, n);
+            bucket = if a == bucket { b } else { a };
+            if self.buckets[bucket].put(tag, node) {
+                return Ok(());
+            }
+        }
+        Err((tag, node))
+    }
+
+    /// Removes the entry named `name`, as `is_named` confirms; returns its node.
+    pub(crate) fn remove(
+        &mut self,
+        name: u64,
+        is_named: impl Fn(NodeId) -> bool,
+    ) -> Option<NodeId> {
+        let (bucket, way) = self.find(name, is_named)?;
+        let slots = &mut self.buckets[bucket];
+        slots.tags[way] = FREE;
+        let node = slots.nodes[way];
+        self.len -= 1;
+        if self.len * 8 < self.slots() && self.buckets.len() > 1 {
+            self.resize(self.len * 2);
+        }
+        Some(node)
+    }
+
+    /// Every node, in no particular order.
+    pub(crate) fn nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
+        let slots = self.buckets.iter().flat_map(|b| b.tags.iter().zip(&b.nodes));
+        slots.filter(|(tag, _)| **tag != FREE).map(|(_, &node)| node)
+    }
+
+    /// Every node, to rewrite in place (tags stay: names do not change).
+    pub(crate) fn nodes_mut(&mut self) -> impl Iterator<Item = &mut NodeId> + '_ {
+        let slots = self.buckets.iter_mut().flat_map(|b| b.tags.iter().zip(b.nodes.iter_mut()));
+        slots.filter(|(tag, _)| **tag != FREE).map(|(_, node)| node)
+    }
+
+    /// Reallocates with room for at least `room` entries (one bucket at least).
+    fn resize(&mut self, room: usize) {
+        let buckets = room.div_ceil(WAYS).max(1);
+        assert!(buckets <= u32::MAX as usize, "a worker map past 2^32 buckets");
+        let old = mem::replace(&mut self.buckets, vec![Bucket::EMPTY; buckets].into());
+        self.len = 0;
+        for slots in old.iter() {
+            for (&tag, &node) in slots.tags.iter().zip(&slots.nodes) {
+                if tag == FREE {
+                    continue;
+                }
+                // The first bucket first: first buckets scale with the old order, so most
+                // writes go to the new table in order.
+                let placed = self.buckets[buckets_of(tag, buckets).0].put(tag, node)
+                    || self.place((tag, node)).map_err(|(_, left)| self.spilled.push(left)).is_ok();
+                self.len += usize::from(placed);
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::collections::HashMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A map from names to nodes through a `TagMap`, the way its owner uses it: node `i` is
+    /// named `names[i]`, spilled entries go to a side map.
+    #[derive(Default)]
+    struct Owner {
+        map: TagMap,
+        names: Vec<u64>,
+        spilled: HashMap<u64, NodeId>,
+    }
+
+    impl Owner {
+        fn get(&self, name: u64) -> Option<NodeId> {
+            let names = &self.names;
+            let found = self.map.get(name, |node| names[node as usize] == name);
+            found.or_else(|| self.spilled.get(&name).copied())
+        }
+
+        fn insert(&mut self, name: u64) -> NodeId {
+            let node = self.names.len() as NodeId;
+            self.names.push(name);
+            self.map.insert(name, node);
+            while let Some(left) = self.map.take_spilled() {
+                self.spilled.insert(self.names[left as usize], left);
+            }
+            node
+        }
+
+        fn remove(&mut self, name: u64) -> Option<NodeId> {
+            let names = &self.names;
+            let found = self.map.remove(name, |node| names[node as usize] == name);
+            found.or_else(|| self.spilled.remove(&name))
+        }
+
+        fn len(&self) -> usize {
+            self.map.len() + self.spilled.len()
+        }
+    }
+
+    proptest! {
+        /// Agrees with `HashMap` through inserts and removals, with names that share low bits.
+        #[test]
+        fn matches_a_hash_map(ops in prop::collection::vec((0u64..64, any::<bool>()), 1..400)) {
+            let mut owner = Owner::default();
+            let mut model: HashMap<u64, NodeId> = HashMap::new();
+            for (name, insert) in ops {
+                let name = name * 1024;
+                if insert {
+                    if owner.get(name).is_none() {
+                        model.insert(name, owner.insert(name));
+                    }
+                } else {
+                    prop_assert_eq!(owner.remove(name), model.remove(&name));
+                }
+                prop_assert_eq!(owner.len(), model.len());
+                for (&name, &node) in &model {
+                    prop_assert_eq!(owner.get(name), Some(node));
+                }
+                let mut listed: Vec<NodeId> = owner.map.nodes().chain(owner.spilled.values().copied()).collect();
+                listed.sort_unstable();
+                let mut expected: Vec<NodeId> = model.values().copied().collect();
+                expected.sort_unstable();
+                prop_assert_eq!(listed, expected);
+            }
+        }
+    }
+
+    #[test]
+    fn churn_at_a_steady_size_does_not_grow_the_table() {
+        let mut owner = Owner::default();
+        for name in 1..=16_384u64 {
+            owner.insert(name);
+        }
+        let settled = owner.map.bytes();
+        for round in 0..8u64 {
+            for name in 1..=16_384u64 {
+                assert!(owner.remove(name + round * 16_384).is_some());
+                owner.insert(name + (round + 1) * 16_384);
+            }
+        }
+        assert_eq!(owner.len(), 16_384);
+        assert!(owner.spilled.is_empty(), "distinct tags never spill");
+        assert_eq!(owner.map.bytes(), settled);
+        assert!(owner.map.bytes() <= 16_384 * 14, "{} bytes for 16,384 entries", owner.map.bytes());
+    }
+
+    #[test]
+    fn names_sharing_a_tag_spill_instead_of_growing_the_table() {
+        // Names whose mixed values share their high half, undoing `tag_of`'s multiply (by its
+        // inverse) and its xor-shift (its own inverse).
+        const K: u64 = 0x9E37_79B9_7F4A_7C15;
+        let inverse =
+            (0..6).fold(K, |x: u64, _| x.wrapping_mul(2u64.wrapping_sub(K.wrapping_mul(x))));
+        assert_eq!(K.wrapping_mul(inverse), 1);
+        let names: Vec<u64> = (0..40u64)
+            .map(|i| ((0x1234_5678u64 << 32) | i).wrapping_mul(inverse))
+            .map(|x| x ^ (x >> 32))
+            .collect();
+        assert!(names.iter().all(|&name| tag_of(name) == tag_of(names[0])));
+        let mut owner = Owner::default();
+        for &name in &names {
+            owner.insert(name);
+        }
+        assert_eq!(owner.len(), 40);
+        assert_eq!(owner.map.len(), 2 * WAYS, "both buckets of the tag are full");
+        assert!(owner.map.bytes() <= 64 * 64, "{} bytes", owner.map.bytes());
+        for &name in &names {
+            assert!(owner.get(name).is_some());
+        }
+    }
+
+    #[test]
+    fn a_bucket_is_one_cache_line() {
+        assert_eq!(mem::size_of::<Bucket>(), 64);
+    }
+}
