@@ -18,6 +18,8 @@ mod imp {
     pub type RwLock<T> = parking_lot::RwLock<T>;
     /// A mutex (`parking_lot`, so guards are not poisoned).
     pub type Mutex<T> = parking_lot::Mutex<T>;
+    /// The mutex and condition variable behind [`super::Gate`].
+    pub use std::sync::{Condvar as GateCondvar, Mutex as GateMutex};
 
     /// Spawns a named OS thread.
     pub fn spawn<F>(name: String, body: F) -> JoinHandle<()>
@@ -77,6 +79,9 @@ mod imp {
             self.0.try_read().ok()
         }
     }
+
+    /// The mutex and condition variable behind [`super::Gate`].
+    pub use loom::sync::{Condvar as GateCondvar, Mutex as GateMutex};
 
     /// Loom's mutex with `parking_lot`'s signature.
     #[derive(Debug, Default)]
@@ -179,6 +184,16 @@ mod imp {
                 }
             }
 
+            /// Messages queued now.
+            pub fn len(&self) -> usize {
+                self.0.state.lock().unwrap().queue.len()
+            }
+
+            /// Whether the receiver is gone.
+            pub fn is_disconnected(&self) -> bool {
+                !self.0.state.lock().unwrap().receiver_alive
+            }
+
             /// Sends if there is room.
             pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
                 let mut state = self.0.state.lock().unwrap();
@@ -224,6 +239,11 @@ mod imp {
                 }
             }
 
+            /// Messages queued now.
+            pub fn len(&self) -> usize {
+                self.0.state.lock().unwrap().queue.len()
+            }
+
             /// Receives if a message is queued.
             pub fn try_recv(&self) -> Result<T, RecvError> {
                 let value = self.0.state.lock().unwrap().queue.pop_front();
@@ -245,6 +265,32 @@ mod imp {
 
 #[allow(unused_imports)]
 pub(crate) use imp::*;
+
+/// Where threads wait for a condition that another thread makes true: waiters check it under the
+/// gate's lock, and whoever may have made it true calls [`Gate::open`] afterwards, so no wakeup
+/// is lost between a waiter's check and its sleep.
+#[derive(Debug, Default)]
+pub(crate) struct Gate {
+    lock: GateMutex<()>,
+    opened: GateCondvar,
+}
+
+impl Gate {
+    /// Returns once `ready()` is true, sleeping until the next [`Gate::open`] whenever it is not.
+    pub(crate) fn wait_until(&self, mut ready: impl FnMut() -> bool) {
+        let mut guard = self.lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        while !ready() {
+            guard = self.opened.wait(guard).unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+    }
+
+    /// Wakes every waiter to check its condition again.
+    pub(crate) fn open(&self) {
+        // Taking the lock orders this after any waiter's check that is not yet asleep.
+        drop(self.lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+        self.opened.notify_all();
+    }
+}
 
 /// Epoch-based publication of heap values that readers use without locks.
 ///

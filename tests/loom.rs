@@ -1,7 +1,7 @@
 //! Loom models of kvroute's own synchronization (run with `--cfg loom`, see the README):
 //! the run table's slot protocol, publication of a new run vs a reader, a split (a second worker joining part of a run) vs a
 //! reader, two lanes changing who holds one prefix while a query merges both, worker removal
-//! racing a reader, the pool's flush barrier, and one deliberately wrong protocol that loom
+//! racing a reader, the pool's flush barrier, producers waiting for room in a full queue, and one deliberately wrong protocol that loom
 //! must catch.
 #![cfg(loom)]
 
@@ -152,6 +152,25 @@ fn flush_returns_after_earlier_messages_are_handled() {
         pool.send(0, 7).unwrap();
         pool.flush().unwrap();
         assert_eq!(cell.load(Ordering::Relaxed), 7);
+    });
+}
+
+/// Producers that find the queue full wait for the lane to drain it (to half: here, to empty);
+/// loom reports a deadlock if a wakeup can be lost, for one waiter or two.
+#[test]
+fn producers_waiting_for_room_are_woken() {
+    loom::model(|| {
+        let cell = Arc::new(AtomicU64::new(0));
+        let pool = Arc::new(StickyPool::new(1, 1, |_| Store(cell.clone())));
+        let other = {
+            let pool = pool.clone();
+            thread::spawn(move || pool.send(0, 1).unwrap())
+        };
+        pool.send(0, 2).unwrap();
+        pool.send(0, 3).unwrap();
+        other.join().unwrap();
+        pool.flush().unwrap();
+        assert_ne!(cell.load(Ordering::Relaxed), 0);
     });
 }
 

@@ -152,7 +152,9 @@ impl EventPool {
         }
     }
 
-    /// Enqueues `event`, waiting while its lane's queue is full.
+    /// Enqueues `event`. If its lane's queue is full, waits until the lane has worked it down to
+    /// half, so a producer that outruns the lanes wakes once per half queue rather than once
+    /// per event (each wakeup would cost the lane a system call and the cores a context switch).
     pub fn apply_blocking(&self, event: RouterEvent) -> Result<(), LaneDown> {
         self.lanes.send(self.lane_of(event.worker()), event)
     }

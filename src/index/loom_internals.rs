@@ -33,7 +33,7 @@ impl LoomLane {
 
     /// Adds a branch held by `worker` below `at` (the root if `None`); returns its nodes.
     pub fn append(&mut self, worker: Worker, at: Option<u32>, locals: &[u64]) -> Vec<u32> {
-        let ids: Vec<u32> = locals.iter().map(|_| self.trie.reserve_node()).collect();
+        let ids: Vec<u32> = locals.iter().map(|&local| self.trie.reserve_node(local)).collect();
         self.trie.append(worker, at, locals, &ids, &pin());
         ids
     }

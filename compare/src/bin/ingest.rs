@@ -41,7 +41,9 @@ fn main() -> ExitCode {
     let mut times = Vec::with_capacity(reps);
     let mut lane_cpus = Vec::with_capacity(reps);
     for rep in 1..=reps {
-        let pool = EventPool::new(PoolConfig { lanes, ..PoolConfig::default() });
+        let capacity = std::env::var("QCAP").ok().and_then(|v| v.parse().ok()).unwrap_or(4096);
+        let pool =
+            EventPool::new(PoolConfig { lanes, queue_capacity: capacity, ..PoolConfig::default() });
         // Cloned ahead, so the producer only sends and the lanes are the bottleneck.
         let events = workload.events.clone();
         let start = Instant::now();
