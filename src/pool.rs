@@ -121,7 +121,8 @@ impl<L: Lane> StickyPool<L> {
     }
 
     /// Enqueues `message` on `lane % lanes()`. If that lane's queue is full, waits until the
-    /// lane has worked it down to half (see [`Room`]).
+    /// lane has worked it down to half, so a producer that outruns the lane wakes once per half
+    /// queue rather than once per message.
     pub fn send(&self, lane: usize, message: L::Message) -> Result<(), LaneDown> {
         let index = lane % self.senders.len();
         let (sender, room) = (&self.senders[index], &self.rooms[index]);
