@@ -35,11 +35,6 @@ impl HeldBlocks {
         tagged.or_else(|| self.named.get(name))
     }
 
-    /// Fetches the places of `names` ahead of looking them up (see [`TagMap::prefetch`]).
-    pub(crate) fn prefetch(&self, names: impl Iterator<Item = u64>) {
-        self.tagged.prefetch(names);
-    }
-
     /// Records that this worker names `node` `name`; the caller has checked that it names no
     /// node `name` yet.
     pub(crate) fn insert(&mut self, name: u64, node: NodeId, trie: &LaneTrie) {

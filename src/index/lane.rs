@@ -169,7 +169,6 @@ impl IndexLane {
         guard: &Guard,
     ) -> Result<(), SequenceHash> {
         let held = self.workers.entry(worker).or_default();
-        held.prefetch(blocks.iter().map(|block| block.hash.0));
         self.path.clear();
         self.fresh.clear();
         self.appended.clear();
@@ -240,7 +239,6 @@ impl IndexLane {
         let mut unknown = 0;
         let mut first = None;
         self.nodes.clear();
-        held.prefetch(blocks.iter().map(|hash| hash.0));
         for &hash in blocks {
             match held.remove(hash.0, &self.trie) {
                 Some(node) => self.nodes.push(node),

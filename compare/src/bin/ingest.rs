@@ -1,6 +1,7 @@
 //! Ingest only, for working on kvroute's lanes: the comparison's event stream applied to a fresh
 //! `EventPool` `--reps` times in one process, printing each time and the fastest. Events are
-//! cloned before the clock starts (unlike the comparison, which clones inside the timed ingest). With
+//! cloned before the clock starts, or with `--clone-inside` in the timed loop as the comparison
+//! does. With
 //! `--lanes 1` the lane thread is the bottleneck and the producer has the other core, so the
 //! figure tracks a lane's cost per block op with little scheduling noise.
 //!
@@ -16,15 +17,20 @@ use kvroute_compare::workload::{self, EngineHashes};
 
 fn main() -> ExitCode {
     let (mut dup, mut lanes, mut reps) = (1u32, 1usize, 7usize);
+    let mut clone_inside = false;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
+        if flag == "--clone-inside" {
+            clone_inside = true;
+            continue;
+        }
         let value = args.next().and_then(|v| v.parse::<usize>().ok());
         match (flag.as_str(), value) {
             ("--dup", Some(v)) => dup = v.max(1) as u32,
             ("--lanes", Some(v)) => lanes = v.max(1),
             ("--reps", Some(v)) => reps = v.max(1),
             _ => {
-                eprintln!("usage: ingest [--dup N] [--lanes L] [--reps R]");
+                eprintln!("usage: ingest [--dup N] [--lanes L] [--reps R] [--clone-inside]");
                 return ExitCode::FAILURE;
             }
         }
@@ -44,9 +50,15 @@ fn main() -> ExitCode {
         let capacity = std::env::var("QCAP").ok().and_then(|v| v.parse().ok()).unwrap_or(4096);
         let pool =
             EventPool::new(PoolConfig { lanes, queue_capacity: capacity, ..PoolConfig::default() });
-        // Cloned ahead, so the producer only sends and the lanes are the bottleneck.
-        let events = workload.events.clone();
+        // Cloned ahead (the producer only sends and the lanes are the bottleneck), or inside
+        // the timed loop as the comparison does.
+        let events = if clone_inside { Vec::new() } else { workload.events.clone() };
         let start = Instant::now();
+        if clone_inside {
+            for event in &workload.events {
+                pool.apply_blocking(event.clone()).expect("lanes are alive");
+            }
+        }
         for event in events {
             pool.apply_blocking(event).expect("lanes are alive");
         }
