@@ -35,17 +35,31 @@ impl HeldBlocks {
         tagged.or_else(|| self.named.get(name))
     }
 
-    /// Records that this worker names `node` `name`; the caller has checked that it names no
-    /// node `name` yet.
-    pub(crate) fn insert(&mut self, name: u64, node: NodeId, trie: &LaneTrie) {
-        if trie.name(node) != name {
-            self.named.insert_or_get(name, node);
-            return;
+    /// The node this worker named `name`; if there is none, records that it names `node` so.
+    pub(crate) fn insert_or_get(
+        &mut self,
+        name: u64,
+        node: NodeId,
+        trie: &LaneTrie,
+    ) -> Option<NodeId> {
+        if self.named.len() > 0
+            && let Some(existing) = self.named.get(name)
+        {
+            return Some(existing);
         }
-        self.tagged.insert(name, node);
+        let is_named = |node| trie.name(node) == name;
+        if trie.name(node) != name {
+            let existing = self.tagged.get(name, is_named);
+            if existing.is_none() {
+                self.named.insert_or_get(name, node);
+            }
+            return existing;
+        }
+        let existing = self.tagged.insert_or_get(name, node, is_named);
         while let Some(left) = self.tagged.take_spilled() {
             self.named.insert_or_get(trie.name(left), left);
         }
+        existing
     }
 
     /// Forgets the name `name`; returns the node it named.

@@ -188,11 +188,10 @@ impl IndexLane {
                     node
                 }
             };
-            let ok = match held.get(block.hash.0, &self.trie) {
+            let ok = match held.insert_or_get(block.hash.0, node, &self.trie) {
                 // Storing a block twice is a no-op; one name for two blocks is a conflict.
                 Some(existing) => Some(existing) == next,
                 None => {
-                    held.insert(block.hash.0, node, &self.trie);
                     self.fresh.push(block.hash.0);
                     match next {
                         // Not one block under two names.

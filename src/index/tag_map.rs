@@ -132,6 +132,30 @@ impl TagMap {
         self.find(name, is_named).map(|(bucket, way)| self.buckets[bucket].nodes[way])
     }
 
+    /// The node named `name`, as `is_named` confirms; if there is none, adds `node` under
+    /// `name`'s tag (afterwards [`Self::take_spilled`] may hand back an entry). One pass: the
+    /// buckets searched are the ones the entry goes in.
+    pub(crate) fn insert_or_get(
+        &mut self,
+        name: u64,
+        node: NodeId,
+        is_named: impl Fn(NodeId) -> bool,
+    ) -> Option<NodeId> {
+        if let Some((bucket, way)) = self.find(name, is_named) {
+            return Some(self.buckets[bucket].nodes[way]);
+        }
+        if (self.len + 1) * 8 <= self.slots() * 7 {
+            let tag = tag_of(name);
+            let (first, second) = buckets_of(tag, self.buckets.len());
+            if self.buckets[first].put(tag, node) || self.buckets[second].put(tag, node) {
+                self.len += 1;
+                return None;
+            }
+        }
+        self.insert(name, node);
+        None
+    }
+
     /// Adds `node` under `name`'s tag; the caller has checked that no node is named `name`.
     /// Afterwards [`Self::take_spilled`] may hand back an entry.
     pub(crate) fn insert(&mut self, name: u64, node: NodeId) {
@@ -260,10 +284,17 @@ mod tests {
             found.or_else(|| self.spilled.get(&name).copied())
         }
 
+        /// Adds `name` (absent) as the next node, through `insert_or_get` on odd nodes.
         fn insert(&mut self, name: u64) -> NodeId {
             let node = self.names.len() as NodeId;
             self.names.push(name);
-            self.map.insert(name, node);
+            if node % 2 == 1 {
+                let names = &self.names;
+                let found = self.map.insert_or_get(name, node, |n| names[n as usize] == name);
+                assert_eq!(found, None);
+            } else {
+                self.map.insert(name, node);
+            }
             while let Some(left) = self.map.take_spilled() {
                 self.spilled.insert(self.names[left as usize], left);
             }
@@ -290,8 +321,18 @@ mod tests {
             for (name, insert) in ops {
                 let name = name * 1024;
                 if insert {
-                    if owner.get(name).is_none() {
-                        model.insert(name, owner.insert(name));
+                    match model.get(&name) {
+                        None => {
+                            model.insert(name, owner.insert(name));
+                        }
+                        Some(&node) => {
+                            // As the owner does: the side map first, then the tag map.
+                            let names = &owner.names;
+                            let found = owner.spilled.get(&name).copied().or_else(|| {
+                                owner.map.insert_or_get(name, u32::MAX, |n| names[n as usize] == name)
+                            });
+                            prop_assert_eq!(found, Some(node));
+                        }
                     }
                 } else {
                     prop_assert_eq!(owner.remove(name), model.remove(&name));
