@@ -106,6 +106,8 @@ pub struct EventPool {
     routes: RwLock<HashMap<Worker, usize, ahash::RandomState>>,
     /// Workers routed to each lane, to place new workers on the least busy one.
     lane_load: Mutex<Vec<usize>>,
+    /// The (worker, dp_rank) pairs the lanes know, which sizes a query's answer.
+    budget: Arc<WorkerBudget>,
 }
 
 impl EventPool {
@@ -125,6 +127,7 @@ impl EventPool {
             counters,
             routes: RwLock::new(HashMap::default()),
             lane_load: Mutex::new(vec![0; lanes]),
+            budget,
         }
     }
 
@@ -167,10 +170,11 @@ impl EventPool {
     /// Per worker, the number of leading blocks of `query` it holds.
     pub fn find_matches(&self, query: &[LocalBlockHash]) -> OverlapScores {
         let guard = epoch::pin();
-        let mut active = Vec::new();
-        let mut scores = Vec::new();
+        // One allocation for most answers (a query that matches more than 64 workers grows it).
+        let known = self.budget.known.load(Ordering::Relaxed);
+        let mut scores = Vec::with_capacity(known.clamp(1, 64));
         for table in &self.tables {
-            walk(table, query, &guard, &mut active, &mut scores);
+            walk(table, query, &guard, &mut scores);
         }
         OverlapScores::from_pairs(scores)
     }

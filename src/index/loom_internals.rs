@@ -54,7 +54,7 @@ impl LoomReader {
     pub fn find_matches(&self, query: &[u64]) -> Vec<(Worker, u32)> {
         let query: Vec<LocalBlockHash> = query.iter().map(|&local| LocalBlockHash(local)).collect();
         let mut out = Vec::new();
-        walk(&self.0, &query, &pin(), &mut Vec::new(), &mut out);
+        walk(&self.0, &query, &pin(), &mut out);
         out.sort_unstable();
         out
     }

@@ -48,37 +48,45 @@ fn common_prefix(locals: &[u64], query: &[LocalBlockHash]) -> usize {
 /// Walks one lane's runs along `query` and appends, per worker of the lane that matches, how
 /// many leading blocks it holds (the reference tree's rule: a worker counts until the first
 /// block it does not hold).
+///
+/// The lane's matching workers go straight into `out`: those still matching are kept at its
+/// end with their depth unset, so a query allocates nothing beyond its answer.
 pub(crate) fn walk(
     table: &RunTable,
     query: &[LocalBlockHash],
     guard: &Guard,
-    active: &mut Vec<Worker>,
     out: &mut Vec<(Worker, u32)>,
 ) {
-    active.clear();
     let Some(&first) = query.first() else { return };
     let mut key = next_sequence_hash(None, first).0;
     let mut at = 0;
-    let mut started = false;
+    // `out[active..]`: this lane's workers that hold every block matched so far.
+    let mut active = None;
     while let Some(run) = table.get(key, guard) {
         let state = run.state.load(guard);
         let matched = common_prefix(&state.locals, &query[at..]);
         if matched == 0 {
             break; // a 64-bit key collision
         }
-        if started {
-            active.retain(|worker| {
-                let keep = state.holds(*worker);
-                if !keep {
-                    out.push((*worker, at as u32));
+        let still = match active {
+            None => {
+                out.extend(state.members.iter().map(|&worker| (worker, 0)));
+                out.len() - state.members.len()
+            }
+            Some(mut still) => {
+                for i in still..out.len() {
+                    if !state.holds(out[i].0) {
+                        // Drops out at depth `at`: move it before the active workers.
+                        out[i].1 = at as u32;
+                        out.swap(i, still);
+                        still += 1;
+                    }
                 }
-                keep
-            });
-        } else {
-            active.extend_from_slice(&state.members);
-            started = true;
-        }
-        if active.is_empty() {
+                still
+            }
+        };
+        active = Some(still);
+        if still == out.len() {
             return;
         }
         at += matched;
@@ -87,5 +95,7 @@ pub(crate) fn walk(
         }
         key = next_sequence_hash(Some(SequenceHash(state.tail_seq)), query[at]).0;
     }
-    out.extend(active.iter().map(|&worker| (worker, at as u32)));
+    if let Some(still) = active {
+        out[still..].iter_mut().for_each(|(_, depth)| *depth = at as u32);
+    }
 }
