@@ -73,8 +73,9 @@ pub(crate) fn walk(
                 out.extend(state.members.iter().map(|&worker| (worker, 0)));
                 out.len() - state.members.len()
             }
-            Some(mut still) => {
-                for i in still..out.len() {
+            Some(before) => {
+                let mut still = before;
+                for i in before..out.len() {
                     if !state.holds(out[i].0) {
                         // Drops out at depth `at`: move it before the active workers.
                         out[i].1 = at as u32;
