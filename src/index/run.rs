@@ -42,7 +42,19 @@ impl RunState {
 
 /// How many leading entries of `query` equal `locals`.
 fn common_prefix(locals: &[u64], query: &[LocalBlockHash]) -> usize {
-    locals.iter().zip(query).take_while(|(l, q)| **l == q.0).count()
+    const CHUNK: usize = 8;
+    let len = locals.len().min(query.len());
+    let (locals, query) = (&locals[..len], &query[..len]);
+    // Whole chunks first, compared without a branch per block (vectorized); then the rest.
+    let mut at = 0;
+    for (l, q) in locals.chunks_exact(CHUNK).zip(query.chunks_exact(CHUNK)) {
+        let equal = l.iter().zip(q).fold(true, |equal, (l, q)| equal & (*l == q.0));
+        if !equal {
+            break;
+        }
+        at += CHUNK;
+    }
+    at + locals[at..].iter().zip(&query[at..]).take_while(|(l, q)| **l == q.0).count()
 }
 
 /// Walks one lane's runs along `query` and appends, per worker of the lane that matches, how
@@ -98,5 +110,24 @@ pub(crate) fn walk(
     }
     if let Some(still) = active {
         out[still..].iter_mut().for_each(|(_, depth)| *depth = at as u32);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn common_prefix_finds_the_first_difference_anywhere() {
+        let locals: Vec<u64> = (0..37).collect();
+        for len in 0..=40 {
+            for differ in 0..=len {
+                let query: Vec<LocalBlockHash> = (0..len as u64)
+                    .map(|i| LocalBlockHash(if i as usize == differ { 1000 } else { i }))
+                    .collect();
+                let expected = differ.min(37).min(len);
+                assert_eq!(common_prefix(&locals, &query), expected, "len {len}, differ {differ}");
+            }
+        }
     }
 }
