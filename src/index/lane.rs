@@ -1,9 +1,10 @@
 //! [`IndexLane`]: applies the events of the workers assigned to one lane.
 //!
-//! The lane owns its workers' engine-hash maps ([`HeldBlocks`]) and its [`LaneTrie`] outright (no lock); queries
-//! read the lane's runs through its [`RunTable`]. Each event is all-or-nothing for `Stored` (the
-//! whole chain is validated before anything changes) and best-effort for `Removed` (unknown
-//! blocks are skipped and reported), exactly like the reference index.
+//! The lane owns its workers' engine-hash maps ([`HeldBlocks`]) and its [`LaneTrie`] outright
+//! (no lock); queries read the lane's runs through its [`RunTable`]. Each event is
+//! all-or-nothing for `Stored` (the whole chain is validated before anything changes) and
+//! best-effort for `Removed` (unknown blocks are skipped and reported), exactly like the
+//! reference index.
 
 use std::collections::HashMap;
 
