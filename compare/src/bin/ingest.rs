@@ -1,9 +1,10 @@
 //! Ingest only, for working on kvroute's lanes: the comparison's event stream applied to a fresh
 //! `EventPool` `--reps` times in one process, printing each time and the fastest. Events are
 //! cloned before the clock starts, or with `--clone-inside` in the timed loop as the comparison
-//! does. With
-//! `--lanes 1` the lane thread is the bottleneck and the producer has the other core, so the
-//! figure tracks a lane's cost per block op with little scheduling noise.
+//! does; `--engine-hashes` as in the comparison. With `--lanes 1` the lane thread is the
+//! bottleneck and the producer has the other core, so the figure tracks a lane's cost per block
+//! op with less scheduling noise. On this shared VM the machine's speed still drifts by tens of
+//! percent over minutes: compare builds in alternating runs.
 //!
 //! ```sh
 //! cargo run --release -p kvroute-compare --bin ingest -- --dup 1 --lanes 1 --reps 7
@@ -18,10 +19,17 @@ use kvroute_compare::workload::{self, EngineHashes};
 fn main() -> ExitCode {
     let (mut dup, mut lanes, mut reps) = (1u32, 1usize, 7usize);
     let mut clone_inside = false;
+    let mut hashes = EngineHashes::Shared;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "--clone-inside" {
             clone_inside = true;
+            continue;
+        }
+        if flag == "--engine-hashes"
+            && let Some(parsed) = args.next().as_deref().and_then(EngineHashes::parse)
+        {
+            hashes = parsed;
             continue;
         }
         let value = args.next().and_then(|v| v.parse::<usize>().ok());
@@ -30,12 +38,15 @@ fn main() -> ExitCode {
             ("--lanes", Some(v)) => lanes = v.max(1),
             ("--reps", Some(v)) => reps = v.max(1),
             _ => {
-                eprintln!("usage: ingest [--dup N] [--lanes L] [--reps R] [--clone-inside]");
+                eprintln!(
+                    "usage: ingest [--dup N] [--lanes L] [--reps R] [--clone-inside] \
+                     [--engine-hashes shared|per-worker]"
+                );
                 return ExitCode::FAILURE;
             }
         }
     }
-    let workload = match workload::build(dup, EngineHashes::Shared) {
+    let workload = match workload::build(dup, hashes) {
         Ok(workload) => workload,
         Err(error) => {
             eprintln!("{error}");
@@ -47,9 +58,7 @@ fn main() -> ExitCode {
     let mut times = Vec::with_capacity(reps);
     let mut lane_cpus = Vec::with_capacity(reps);
     for rep in 1..=reps {
-        let capacity = std::env::var("QCAP").ok().and_then(|v| v.parse().ok()).unwrap_or(4096);
-        let pool =
-            EventPool::new(PoolConfig { lanes, queue_capacity: capacity, ..PoolConfig::default() });
+        let pool = EventPool::new(PoolConfig { lanes, ..PoolConfig::default() });
         // Cloned ahead (the producer only sends and the lanes are the bottleneck), or inside
         // the timed loop as the comparison does.
         let events = if clone_inside { Vec::new() } else { workload.events.clone() };
