@@ -56,16 +56,23 @@ impl HeldBlocks {
             return existing;
         }
         let existing = self.tagged.insert_or_get(name, node, is_named);
-        while let Some(left) = self.tagged.take_spilled() {
-            self.named.insert_or_get(trie.name(left), left);
-        }
+        self.take_spilled(trie);
         existing
     }
 
     /// Forgets the name `name`; returns the node it named.
     pub(crate) fn remove(&mut self, name: u64, trie: &LaneTrie) -> Option<NodeId> {
         let tagged = self.tagged.remove(name, |node| trie.name(node) == name);
+        // Shrinking the tag map may have spilled entries too.
+        self.take_spilled(trie);
         tagged.or_else(|| self.named.remove(name))
+    }
+
+    /// Moves what the tag map handed back to the keyed map, so no entry is ever out of both.
+    fn take_spilled(&mut self, trie: &LaneTrie) {
+        while let Some(left) = self.tagged.take_spilled() {
+            self.named.insert_or_get(trie.name(left), left);
+        }
     }
 
     /// Every (name, node), in no particular order.
