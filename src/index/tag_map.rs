@@ -133,8 +133,8 @@ impl TagMap {
     }
 
     /// The node named `name`, as `is_named` confirms; if there is none, adds `node` under
-    /// `name`'s tag (afterwards [`Self::take_spilled`] may hand back an entry). One pass: the
-    /// buckets searched are the ones the entry goes in.
+    /// `name`'s tag (afterwards [`Self::take_spilled`] may hand back an entry). The buckets
+    /// searched are the ones the entry goes in, so placing it reads no new line.
     pub(crate) fn insert_or_get(
         &mut self,
         name: u64,
@@ -143,14 +143,6 @@ impl TagMap {
     ) -> Option<NodeId> {
         if let Some((bucket, way)) = self.find(name, is_named) {
             return Some(self.buckets[bucket].nodes[way]);
-        }
-        if (self.len + 1) * 8 <= self.slots() * 7 {
-            let tag = tag_of(name);
-            let (first, second) = buckets_of(tag, self.buckets.len());
-            if self.buckets[first].put(tag, node) || self.buckets[second].put(tag, node) {
-                self.len += 1;
-                return None;
-            }
         }
         self.insert(name, node);
         None
