@@ -3,11 +3,15 @@
 //! Callers pick the lane of every message (the index and the sequence tracker send all of one
 //! worker's messages to the same lane), so one worker's messages are handled in order while
 //! different workers proceed in parallel. A lane owns its state (`L`): no lock guards it.
+//!
+//! A lane whose handler panics (a bug) is *down*: its state is dropped, and every call that
+//! involves it returns [`LaneDown`] — calls already waiting on it too — instead of blocking.
 
 use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::sync::channel::{self, Receiver, Sender, TrySendError};
-use crate::sync::{Arc, AtomicUsize, Gate, JoinHandle, Ordering, fence, spawn};
+use crate::sync::{Arc, AtomicBool, AtomicUsize, Gate, JoinHandle, Ordering, fence, spawn};
 
 /// The state and message handler of one lane, owned by the lane's thread.
 pub trait Lane: Send + 'static {
@@ -30,7 +34,7 @@ enum Envelope<L: Lane> {
     Task(Task<L>),
 }
 
-/// The pool's lanes have stopped (a lane panicked, or the pool is shutting down).
+/// A lane of the pool has stopped: its handler panicked (see the [module docs](self)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaneDown;
 
@@ -64,14 +68,21 @@ struct Room {
     gate: Gate,
     /// Queue length at or below which waiting producers go on.
     low: usize,
+    /// The lane panicked: it only drops what it is sent now.
+    down: AtomicBool,
 }
 
 impl Room {
     /// Producer side: waits until the queue is at or below `low`, or the lane is gone.
     fn wait<M>(&self, sender: &Sender<M>) {
         self.waiting.fetch_add(1, Ordering::SeqCst);
-        self.gate.wait_until(|| sender.len() <= self.low || sender.is_disconnected());
+        self.gate
+            .wait_until(|| sender.len() <= self.low || sender.is_disconnected() || self.is_down());
         self.waiting.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn is_down(&self) -> bool {
+        self.down.load(Ordering::Acquire)
     }
 
     /// Lane side, after taking a message: lets waiting producers go once there is room.
@@ -128,6 +139,9 @@ impl<L: Lane> StickyPool<L> {
         let (sender, room) = (&self.senders[index], &self.rooms[index]);
         let mut envelope = Envelope::Message(message);
         loop {
+            if room.is_down() {
+                return Err(LaneDown);
+            }
             match sender.try_send(envelope) {
                 Ok(()) => return Ok(()),
                 Err(TrySendError::Disconnected(_)) => return Err(LaneDown),
@@ -139,6 +153,9 @@ impl<L: Lane> StickyPool<L> {
 
     /// Enqueues `message` on `lane % lanes()` if its queue has room; never waits.
     pub fn try_send(&self, lane: usize, message: L::Message) -> Result<(), TrySend<L::Message>> {
+        if self.rooms[lane % self.rooms.len()].is_down() {
+            return Err(TrySend::Down(message));
+        }
         match self.sender(lane).try_send(Envelope::Message(message)) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(Envelope::Message(m))) => Err(TrySend::Full(m)),
@@ -154,12 +171,16 @@ impl<L: Lane> StickyPool<L> {
         R: Send + 'static,
         F: FnOnce(&mut L) -> R + Send + 'static,
     {
+        if self.rooms[lane % self.rooms.len()].is_down() {
+            return Err(LaneDown);
+        }
         let (reply, result) = channel::bounded(1);
         let task: Task<L> = Box::new(move |state| {
             // The caller may have given up waiting; nothing to do then.
             let _ = reply.send(task(state));
         });
         self.sender(lane).send(Envelope::Task(task)).map_err(|_| LaneDown)?;
+        // A lane that panics drops the task unrun, which closes `reply`.
         result.recv().map_err(|_| LaneDown)
     }
 
@@ -170,6 +191,9 @@ impl<L: Lane> StickyPool<L> {
         R: Send + 'static,
         F: Fn(&mut L) -> R + Send + Sync + Clone + 'static,
     {
+        if self.rooms.iter().any(|room| room.is_down()) {
+            return Err(LaneDown);
+        }
         let mut replies = Vec::with_capacity(self.lanes());
         for sender in &self.senders {
             let (reply, result) = channel::bounded(1);
@@ -207,8 +231,29 @@ impl<M> Drop for LaneQueue<M> {
     }
 }
 
-fn run<L: Lane>(mut lane: L, queue: LaneQueue<Envelope<L>>) {
+fn run<L: Lane>(lane: L, queue: LaneQueue<Envelope<L>>) {
     let receiver = queue.receiver.as_ref().expect("the queue is open while the lane runs");
+    let mut lane = Some(lane);
+    let served = catch_unwind(AssertUnwindSafe(|| {
+        let lane = lane.as_mut().expect("the lane's state is there until it panics");
+        serve(lane, receiver, &queue.room)
+    }));
+    if served.is_err() {
+        // A bug in the lane: its state may be half changed, so it goes, and the lane only drops
+        // what it is sent from now on. Dropping a task closes its reply channel, so every caller
+        // waiting on this lane (those that enqueued before the panic too) gets `LaneDown`
+        // rather than waiting forever; new calls see `down` and fail at once.
+        queue.room.down.store(true, Ordering::Release);
+        queue.room.gate.open();
+        drop(lane.take());
+        while let Ok(envelope) = receiver.recv() {
+            drop(envelope);
+        }
+    }
+}
+
+/// The lane's loop: handles what it is sent until the pool closes the queue.
+fn serve<L: Lane>(lane: &mut L, receiver: &Receiver<Envelope<L>>, room: &Room) {
     let handle = |lane: &mut L, envelope| match envelope {
         Envelope::Message(message) => lane.handle(message),
         Envelope::Task(task) => {
@@ -217,11 +262,11 @@ fn run<L: Lane>(mut lane: L, queue: LaneQueue<Envelope<L>>) {
         }
     };
     while let Ok(envelope) = receiver.recv() {
-        queue.room.taken(receiver);
-        handle(&mut lane, envelope);
+        room.taken(receiver);
+        handle(lane, envelope);
         while let Ok(envelope) = receiver.try_recv() {
-            queue.room.taken(receiver);
-            handle(&mut lane, envelope);
+            room.taken(receiver);
+            handle(lane, envelope);
         }
         lane.idle();
     }
@@ -290,6 +335,57 @@ mod tests {
             }
         }
         assert_eq!(log.lock().len(), 11);
+    }
+
+    /// A lane that blocks on `Wait` until the test lets it go, and panics on `Explode`.
+    struct Fragile;
+
+    enum Step {
+        Wait(Arc<Mutex<()>>),
+        Explode,
+    }
+
+    impl Lane for Fragile {
+        type Message = Step;
+        fn handle(&mut self, step: Step) {
+            match step {
+                Step::Wait(gate) => drop(gate.lock()),
+                Step::Explode => panic!("a bug in the lane (this panic is expected by the test)"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_lane_that_panics_fails_callers_instead_of_leaving_them_waiting() {
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let gate = Arc::new(Mutex::new(()));
+            let held = gate.lock();
+            let pool = Arc::new(StickyPool::new(1, 16, |_| Fragile));
+            pool.send(0, Step::Wait(gate.clone())).unwrap();
+            pool.send(0, Step::Explode).unwrap();
+            // A task queued behind the panic: its caller must not wait forever.
+            let caller = {
+                let pool = pool.clone();
+                std::thread::spawn(move || pool.run_on_lane(0, |_: &mut Fragile| ()))
+            };
+            while pool.senders[0].len() < 2 {
+                std::thread::yield_now();
+            }
+            drop(held);
+            let queued = caller.join().expect("the caller does not panic");
+            let later = pool.flush();
+            let send = pool.send(0, Step::Wait(gate.clone()));
+            let try_send = matches!(pool.try_send(0, Step::Explode), Err(TrySend::Down(_)));
+            done.send((queued, later, send, try_send)).unwrap();
+        });
+        // Only a guard against the bug (a hang) failing this test forever, not a timing claim.
+        let outcome = finished.recv_timeout(std::time::Duration::from_secs(60));
+        let (queued, later, send, try_send) = outcome.expect("callers of a panicked lane return");
+        assert_eq!(queued, Err(LaneDown));
+        assert_eq!(later, Err(LaneDown));
+        assert_eq!(send, Err(LaneDown));
+        assert!(try_send);
     }
 
     #[test]
