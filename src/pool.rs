@@ -245,7 +245,8 @@ fn run<L: Lane>(lane: L, queue: LaneQueue<Envelope<L>>) {
         // rather than waiting forever; new calls see `down` and fail at once.
         queue.room.down.store(true, Ordering::Release);
         queue.room.gate.open();
-        drop(lane.take());
+        // Even if dropping the broken state panics too, the queue must still be drained.
+        let _ = catch_unwind(AssertUnwindSafe(|| drop(lane.take())));
         while let Ok(envelope) = receiver.recv() {
             drop(envelope);
         }
