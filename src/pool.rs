@@ -153,7 +153,7 @@ impl<L: Lane> StickyPool<L> {
 
     /// Enqueues `message` on `lane % lanes()` if its queue has room; never waits.
     pub fn try_send(&self, lane: usize, message: L::Message) -> Result<(), TrySend<L::Message>> {
-        if self.rooms[lane % self.rooms.len()].is_down() {
+        if self.room(lane).is_down() {
             return Err(TrySend::Down(message));
         }
         match self.sender(lane).try_send(Envelope::Message(message)) {
@@ -171,7 +171,7 @@ impl<L: Lane> StickyPool<L> {
         R: Send + 'static,
         F: FnOnce(&mut L) -> R + Send + 'static,
     {
-        if self.rooms[lane % self.rooms.len()].is_down() {
+        if self.room(lane).is_down() {
             return Err(LaneDown);
         }
         let (reply, result) = channel::bounded(1);
@@ -214,6 +214,10 @@ impl<L: Lane> StickyPool<L> {
 
     fn sender(&self, lane: usize) -> &Sender<Envelope<L>> {
         &self.senders[lane % self.senders.len()]
+    }
+
+    fn room(&self, lane: usize) -> &Room {
+        &self.rooms[lane % self.rooms.len()]
     }
 }
 
