@@ -37,28 +37,64 @@ struct Bucket {
 impl Bucket {
     const EMPTY: Bucket = Bucket { tags: [FREE; WAYS], nodes: [0; WAYS] };
 
-    /// Bit `way` set for every slot tagged `tag`: one vector compare, no branch per slot.
+    /// Bit `way` set for every slot tagged `tag`.
     #[inline]
     fn matches(&self, tag: u32) -> u32 {
-        let mut mask = 0;
-        for (way, &t) in self.tags.iter().enumerate() {
-            mask |= u32::from(t == tag) << way;
-        }
-        mask
+        lanes_equal(&self.tags, tag)
+    }
+
+    /// The slots tagged `tag`, and the free slots, as bit masks.
+    #[inline]
+    fn scan(&self, tag: u32) -> (u32, u32) {
+        (lanes_equal(&self.tags, tag), lanes_equal(&self.tags, FREE))
+    }
+
+    /// Puts the entry in the first slot of `free` (a non-empty mask of free slots).
+    #[inline]
+    fn put_at(&mut self, free: u32, tag: u32, node: NodeId) {
+        let way = free.trailing_zeros() as usize;
+        self.tags[way] = tag;
+        self.nodes[way] = node;
     }
 
     /// Puts the entry in a free slot, if there is one.
     #[inline]
     fn put(&mut self, tag: u32, node: NodeId) -> bool {
         let free = self.matches(FREE);
-        if free == 0 {
-            return false;
+        if free != 0 {
+            self.put_at(free, tag, node);
         }
-        let way = free.trailing_zeros() as usize;
-        self.tags[way] = tag;
-        self.nodes[way] = node;
-        true
+        free != 0
     }
+}
+
+/// Bit `way` set for every `tags[way] == tag`: two vector compares and a mask move, no branch
+/// per slot (the compiler does not find this on its own; this is most of a lookup's work).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn lanes_equal(tags: &[u32; WAYS], tag: u32) -> u32 {
+    use std::arch::x86_64::*;
+    // SAFETY: SSE2 is part of the x86_64 baseline, so every x86_64 processor has these
+    // instructions; the two unaligned loads read bytes 0..16 and 16..32 of `tags` (32 bytes).
+    unsafe {
+        let low = _mm_loadu_si128(tags.as_ptr().cast());
+        let high = _mm_loadu_si128(tags.as_ptr().add(4).cast());
+        let wanted = _mm_set1_epi32(tag as i32);
+        // Each 32-bit lane is all ones or zero; narrowing keeps that, one byte per slot.
+        let words = _mm_packs_epi32(_mm_cmpeq_epi32(low, wanted), _mm_cmpeq_epi32(high, wanted));
+        (_mm_movemask_epi8(_mm_packs_epi16(words, words)) & 0xFF) as u32
+    }
+}
+
+/// Bit `way` set for every `tags[way] == tag`.
+#[cfg(not(target_arch = "x86_64"))]
+#[inline]
+fn lanes_equal(tags: &[u32; WAYS], tag: u32) -> u32 {
+    let mut mask = 0;
+    for (way, &t) in tags.iter().enumerate() {
+        mask |= u32::from(t == tag) << way;
+    }
+    mask
 }
 
 /// The tag of a name: 32 well-mixed bits, never [`FREE`].
@@ -141,10 +177,41 @@ impl TagMap {
         node: NodeId,
         is_named: impl Fn(NodeId) -> bool,
     ) -> Option<NodeId> {
-        if let Some((bucket, way)) = self.find(name, is_named) {
-            return Some(self.buckets[bucket].nodes[way]);
+        if self.buckets.is_empty() || (self.len + 1) * 8 > self.slots() * 7 {
+            // Growing first: the slow path.
+            if let Some((bucket, way)) = self.find(name, is_named) {
+                return Some(self.buckets[bucket].nodes[way]);
+            }
+            self.insert(name, node);
+            return None;
         }
-        self.insert(name, node);
+        // One pass over both buckets finds the entry or, failing that, the free slots.
+        let tag = tag_of(name);
+        let (first, second) = buckets_of(tag, self.buckets.len());
+        let mut free = [0; 2];
+        for (side, bucket) in [first, second].into_iter().enumerate() {
+            let slots = &self.buckets[bucket];
+            let (mut candidates, empty) = slots.scan(tag);
+            free[side] = empty;
+            while candidates != 0 {
+                let way = candidates.trailing_zeros() as usize;
+                if is_named(slots.nodes[way]) {
+                    return Some(slots.nodes[way]);
+                }
+                candidates &= candidates - 1;
+            }
+        }
+        let (bucket, empty) = match free {
+            // Both full: displace entries (or grow).
+            [0, 0] => {
+                self.insert(name, node);
+                return None;
+            }
+            [0, empty] => (second, empty),
+            [empty, _] => (first, empty),
+        };
+        self.buckets[bucket].put_at(empty, tag, node);
+        self.len += 1;
         None
     }
 
@@ -395,6 +462,23 @@ mod tests {
         assert!(owner.map.bytes() <= 64 * 64, "{} bytes", owner.map.bytes());
         for &name in &names {
             assert!(owner.get(name).is_some());
+        }
+    }
+
+    /// The vector compare (the `unsafe` block; `cargo +nightly miri test --lib lanes_equal`)
+    /// agrees with comparing slot by slot, for every pattern of equal slots.
+    #[test]
+    fn lanes_equal_marks_exactly_the_equal_slots() {
+        for pattern in 0u32..256 {
+            for tag in [FREE, 1, 0x8000_0001, u32::MAX] {
+                let tags: [u32; WAYS] =
+                    std::array::from_fn(
+                        |way| if pattern >> way & 1 == 1 { tag } else { way as u32 * 2 },
+                    );
+                let expected =
+                    (0..WAYS).filter(|&way| tags[way] == tag).map(|way| 1 << way).sum::<u32>();
+                assert_eq!(lanes_equal(&tags, tag), expected, "tags {tags:?}, tag {tag:#x}");
+            }
         }
     }
 

@@ -18,6 +18,7 @@ use kvroute_compare::workload::{self, EngineHashes};
 
 fn main() -> ExitCode {
     let (mut dup, mut lanes, mut reps) = (1u32, 1usize, 7usize);
+    let mut queue = PoolConfig::default().queue_capacity;
     let mut clone_inside = false;
     let mut hashes = EngineHashes::Shared;
     let mut args = std::env::args().skip(1);
@@ -37,9 +38,10 @@ fn main() -> ExitCode {
             ("--dup", Some(v)) => dup = v.max(1) as u32,
             ("--lanes", Some(v)) => lanes = v.max(1),
             ("--reps", Some(v)) => reps = v.max(1),
+            ("--queue", Some(v)) => queue = v.max(1),
             _ => {
                 eprintln!(
-                    "usage: ingest [--dup N] [--lanes L] [--reps R] [--clone-inside] \
+                    "usage: ingest [--dup N] [--lanes L] [--reps R] [--queue Q] [--clone-inside] \
                      [--engine-hashes shared|per-worker]"
                 );
                 return ExitCode::FAILURE;
@@ -58,10 +60,12 @@ fn main() -> ExitCode {
     let mut times = Vec::with_capacity(reps);
     let mut lane_cpus = Vec::with_capacity(reps);
     for rep in 1..=reps {
-        let pool = EventPool::new(PoolConfig { lanes, ..PoolConfig::default() });
+        let pool =
+            EventPool::new(PoolConfig { lanes, queue_capacity: queue, ..PoolConfig::default() });
         // Cloned ahead (the producer only sends and the lanes are the bottleneck), or inside
         // the timed loop as the comparison does.
         let events = if clone_inside { Vec::new() } else { workload.events.clone() };
+        let producer_start = thread_cpu_seconds();
         let start = Instant::now();
         if clone_inside {
             for event in &workload.events {
@@ -73,15 +77,17 @@ fn main() -> ExitCode {
         }
         pool.flush().expect("lanes are alive");
         let elapsed = start.elapsed().as_secs_f64();
+        let producer_cpu = thread_cpu_seconds() - producer_start;
         let stats = pool.stats();
         let lane_cpu = lane_cpu_seconds();
         lane_cpus.push(lane_cpu);
         println!(
-            "rep {rep}: {:.1} ms, {:.2} M block-ops/s, lanes on cpu {:.1} ms ({:.1} ns/op), {:.1} B/entry, {} nodes, {} runs",
+            "rep {rep}: {:.1} ms, {:.2} M block-ops/s, lanes on cpu {:.1} ms ({:.1} ns/op), producer {:.1} ms, {:.1} B/entry, {} nodes, {} runs",
             elapsed * 1e3,
             block_ops as f64 / elapsed / 1e6,
             lane_cpu * 1e3,
             lane_cpu * 1e9 / block_ops as f64,
+            producer_cpu * 1e3,
             stats.bytes as f64 / stats.live_entries.max(1) as f64,
             stats.nodes,
             stats.runs,
@@ -115,5 +121,12 @@ fn lane_cpu_seconds() -> f64 {
             nanos += schedstat.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
         }
     }
+    nanos as f64 / 1e9
+}
+
+/// CPU time so far of the calling thread (Linux `schedstat`; 0 elsewhere).
+fn thread_cpu_seconds() -> f64 {
+    let schedstat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    let nanos: u64 = schedstat.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
     nanos as f64 / 1e9
 }
