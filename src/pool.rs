@@ -57,10 +57,10 @@ pub enum TrySend<M> {
 
 /// Where producers wait for room in one lane's full queue.
 ///
-/// A producer that finds the queue full waits until the lane has drained it to half, not just
-/// until one slot frees: a producer that outruns its lane then wakes once per half queue rather
-/// than once per message, and every wakeup costs the lane a system call and the cores a context
-/// switch.
+/// A producer that finds the queue full waits until the lane takes its next batch (the whole
+/// queue, see [`serve`]), or at least half the queue, not just until one slot frees: a producer
+/// that outruns its lane then wakes once per batch rather than once per message, and every
+/// wakeup costs the lane a system call and the cores a context switch.
 #[derive(Debug, Default)]
 struct Room {
     /// Producers waiting at `gate`.
@@ -132,8 +132,8 @@ impl<L: Lane> StickyPool<L> {
     }
 
     /// Enqueues `message` on `lane % lanes()`. If that lane's queue is full, waits until the
-    /// lane has worked it down to half, so a producer that outruns the lane wakes once per half
-    /// queue rather than once per message.
+    /// lane takes its next batch (or has worked the queue down to half), so a producer that
+    /// outruns the lane wakes once per batch rather than once per message.
     pub fn send(&self, lane: usize, message: L::Message) -> Result<(), LaneDown> {
         let index = lane % self.senders.len();
         let (sender, room) = (&self.senders[index], &self.rooms[index]);
@@ -258,6 +258,11 @@ fn run<L: Lane>(lane: L, queue: LaneQueue<Envelope<L>>) {
 }
 
 /// The lane's loop: handles what it is sent until the pool closes the queue.
+///
+/// A busy lane takes its whole queue at once: one lock of the channel and one wakeup of the
+/// waiting producers per batch rather than per message, and the producers refill the queue
+/// while the lane works through the batch instead of waiting behind it. So up to twice the
+/// queue's capacity can be pending on a lane: queued, and in hand.
 fn serve<L: Lane>(lane: &mut L, receiver: &Receiver<Envelope<L>>, room: &Room) {
     let handle = |lane: &mut L, envelope| match envelope {
         Envelope::Message(message) => lane.handle(message),
@@ -269,9 +274,15 @@ fn serve<L: Lane>(lane: &mut L, receiver: &Receiver<Envelope<L>>, room: &Room) {
     while let Ok(envelope) = receiver.recv() {
         room.taken(receiver);
         handle(lane, envelope);
-        while let Ok(envelope) = receiver.try_recv() {
+        loop {
+            // If a handler panics, the rest of the batch is dropped with it: tasks in it close
+            // their reply channels, as for the queue (see `run`).
+            let batch = receiver.drain();
+            if batch.len() == 0 {
+                break;
+            }
             room.taken(receiver);
-            handle(lane, envelope);
+            batch.for_each(|envelope| handle(lane, envelope));
         }
         lane.idle();
     }

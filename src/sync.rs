@@ -244,6 +244,15 @@ mod imp {
                 self.0.state.lock().unwrap().queue.len()
             }
 
+            /// Takes every message queued now.
+            pub fn drain(&self) -> std::collections::vec_deque::IntoIter<T> {
+                let queue = std::mem::take(&mut self.0.state.lock().unwrap().queue);
+                if !queue.is_empty() {
+                    self.0.changed.notify_all();
+                }
+                queue.into_iter()
+            }
+
             /// Receives if a message is queued.
             pub fn try_recv(&self) -> Result<T, RecvError> {
                 let value = self.0.state.lock().unwrap().queue.pop_front();

@@ -19,6 +19,8 @@ pub struct PoolConfig {
     /// Lanes (threads) applying events. Default: 2.
     pub lanes: usize,
     /// Events each lane's queue holds before [`EventPool::apply`] reports it full. Default: 4,096.
+    /// A busy lane takes its whole queue at once, so up to twice this many events can be
+    /// pending on a lane: queued, and in the lane's hands.
     pub queue_capacity: usize,
     /// (worker, dp_rank) pairs the index holds at once. Default: 4,096.
     pub max_workers: usize,
@@ -155,9 +157,10 @@ impl EventPool {
         }
     }
 
-    /// Enqueues `event`. If its lane's queue is full, waits until the lane has worked it down to
-    /// half, so a producer that outruns the lanes wakes once per half queue rather than once
-    /// per event (each wakeup would cost the lane a system call and the cores a context switch).
+    /// Enqueues `event`. If its lane's queue is full, waits until the lane takes its next batch
+    /// (or has worked the queue down to half), so a producer that outruns the lanes wakes once
+    /// per batch rather than once per event (each wakeup would cost the lane a system call and
+    /// the cores a context switch).
     pub fn apply_blocking(&self, event: RouterEvent) -> Result<(), LaneDown> {
         self.lanes.send(self.lane_of(event.worker()), event)
     }

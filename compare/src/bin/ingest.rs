@@ -79,13 +79,16 @@ fn main() -> ExitCode {
         let elapsed = start.elapsed().as_secs_f64();
         let producer_cpu = thread_cpu_seconds() - producer_start;
         let stats = pool.stats();
-        let lane_cpu = lane_cpu_seconds();
+        let per_lane = lane_cpu_seconds();
+        let lane_cpu: f64 = per_lane.iter().sum();
+        let split: Vec<String> = per_lane.iter().map(|cpu| format!("{:.0}", cpu * 1e3)).collect();
         lane_cpus.push(lane_cpu);
         println!(
-            "rep {rep}: {:.1} ms, {:.2} M block-ops/s, lanes on cpu {:.1} ms ({:.1} ns/op), producer {:.1} ms, {:.1} B/entry, {} nodes, {} runs",
+            "rep {rep}: {:.1} ms, {:.2} M block-ops/s, lanes on cpu {:.1} ms ({} ms; {:.1} ns/op), producer {:.1} ms, {:.1} B/entry, {} nodes, {} runs",
             elapsed * 1e3,
             block_ops as f64 / elapsed / 1e6,
             lane_cpu * 1e3,
+            split.join(" + "),
             lane_cpu * 1e9 / block_ops as f64,
             producer_cpu * 1e3,
             stats.bytes as f64 / stats.live_entries.max(1) as f64,
@@ -109,19 +112,23 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// CPU time so far of this process's live lane threads (Linux `schedstat`; 0 elsewhere).
-fn lane_cpu_seconds() -> f64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0.0 };
-    let mut nanos = 0u64;
+/// CPU time so far of each of this process's live lane threads, in lane order (Linux
+/// `schedstat`; none elsewhere).
+fn lane_cpu_seconds() -> Vec<f64> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
+    let mut lanes = Vec::new();
     for task in tasks.flatten() {
         let path = task.path();
         let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
-        if comm.starts_with("kvroute-lane") {
+        if let Some(index) = comm.trim().strip_prefix("kvroute-lane-") {
             let schedstat = std::fs::read_to_string(path.join("schedstat")).unwrap_or_default();
-            nanos += schedstat.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
+            let nanos: u64 =
+                schedstat.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
+            lanes.push((index.parse::<usize>().unwrap_or(usize::MAX), nanos as f64 / 1e9));
         }
     }
-    nanos as f64 / 1e9
+    lanes.sort_by_key(|&(index, _)| index);
+    lanes.into_iter().map(|(_, seconds)| seconds).collect()
 }
 
 /// CPU time so far of the calling thread (Linux `schedstat`; 0 elsewhere).
