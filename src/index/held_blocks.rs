@@ -29,6 +29,12 @@ impl HeldBlocks {
         self.tagged.bytes() + self.named.bytes()
     }
 
+    /// Asks the processor to start loading where `name` would be.
+    #[inline]
+    pub(crate) fn prefetch(&self, name: u64) {
+        self.tagged.prefetch(name);
+    }
+
     /// The node this worker named `name`.
     pub(crate) fn get(&self, name: u64, trie: &LaneTrie) -> Option<NodeId> {
         let tagged = self.tagged.get(name, |node| trie.name(node) == name);

@@ -20,6 +20,11 @@ use crate::pool::Lane;
 use crate::sync::epoch::{self, Guard};
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
 
+/// How many blocks ahead of the one being applied the worker map's buckets are prefetched: the
+/// lookups of an event are independent, and asking for their lines early overlaps the misses a
+/// little more than the processor does on its own (about 5% at `--dup 4` on the ingest tool).
+const PREFETCH_AHEAD: usize = 8;
+
 /// Counters one lane publishes (only that lane writes them).
 #[derive(Default)]
 pub(crate) struct LaneCounters {
@@ -176,7 +181,10 @@ impl IndexLane {
         self.reserved.clear();
         let mut at = start;
         let mut rejected = None;
-        for block in blocks {
+        for (index, block) in blocks.iter().enumerate() {
+            if let Some(ahead) = blocks.get(index + PREFETCH_AHEAD) {
+                held.prefetch(ahead.hash.0);
+            }
             let next = match self.appended.is_empty() {
                 true => self.trie.next(at, block.local.0, guard),
                 false => None,
@@ -239,7 +247,10 @@ impl IndexLane {
         let mut unknown = 0;
         let mut first = None;
         self.nodes.clear();
-        for &hash in blocks {
+        for (at, &hash) in blocks.iter().enumerate() {
+            if let Some(ahead) = blocks.get(at + PREFETCH_AHEAD) {
+                held.prefetch(ahead.0);
+            }
             match held.remove(hash.0, &self.trie) {
                 Some(node) => self.nodes.push(node),
                 None => {

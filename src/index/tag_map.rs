@@ -10,7 +10,7 @@
 //! branch per slot to mispredict); a removal clears one slot (no tombstones, no shifting), so
 //! churn at a steady size never grows the table. It grows by half past 7/8 load and shrinks
 //! below 1/8. Lookups are independent of each other, so the processor overlaps their cache
-//! misses on its own: touching the buckets ahead measured no faster.
+//! misses; the owner also prefetches a few names ahead ([`TagMap::prefetch`]).
 //!
 //! An entry that cannot be placed in a table not yet half full (only many names sharing one
 //! tag do that) is handed back as *spilled* rather than growing the table without bound: the
@@ -67,6 +67,20 @@ impl Bucket {
         free != 0
     }
 }
+
+/// Starts loading the cache line at `value` into the nearest cache.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn prefetch_line<T>(value: &T) {
+    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+    // SAFETY: a prefetch is only a hint: it never faults and changes no memory.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>((value as *const T).cast()) }
+}
+
+/// Starts loading the cache line at `value` (a no-op off x86_64).
+#[cfg(not(target_arch = "x86_64"))]
+#[inline]
+fn prefetch_line<T>(_: &T) {}
 
 /// Bit `way` set for every `tags[way] == tag`: two vector compares and a mask move, no branch
 /// per slot (the compiler does not find this on its own; this is most of a lookup's work).
@@ -161,6 +175,18 @@ impl TagMap {
             }
         }
         None
+    }
+
+    /// Asks the processor to start loading the buckets `name` would be in (both: an insert
+    /// reads both).
+    #[inline]
+    pub(crate) fn prefetch(&self, name: u64) {
+        if self.buckets.is_empty() {
+            return;
+        }
+        let (first, second) = buckets_of(tag_of(name), self.buckets.len());
+        prefetch_line(&self.buckets[first]);
+        prefetch_line(&self.buckets[second]);
     }
 
     /// The node named `name`, as `is_named` confirms.
@@ -480,6 +506,23 @@ mod tests {
                 assert_eq!(lanes_equal(&tags, tag), expected, "tags {tags:?}, tag {tag:#x}");
             }
         }
+    }
+
+    /// Prefetching (the other `unsafe` block) changes nothing, in any table state
+    /// (`cargo +nightly miri test --lib prefetch`).
+    #[test]
+    fn prefetch_changes_nothing() {
+        let mut owner = Owner::default();
+        owner.map.prefetch(7);
+        for name in 1..=40u64 {
+            owner.map.prefetch(name);
+            owner.insert(name);
+        }
+        for name in 1..=40u64 {
+            owner.map.prefetch(name + 100);
+            assert_eq!(owner.get(name), Some(name as NodeId - 1));
+        }
+        assert_eq!(owner.len(), 40);
     }
 
     #[test]
