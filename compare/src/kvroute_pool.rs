@@ -1,7 +1,7 @@
 //! Subject `kvroute`: our concurrent index, `kvroute::index::EventPool`.
 //!
 //! Driven through its public API: `EventPool::new(PoolConfig { lanes, ..Default::default() })`;
-//! events go through `apply_blocking` (its lane queues are bounded, 4,096 events by default:
+//! events go through `apply_blocking` (its lane queues are bounded, 8,192 events by default:
 //! the producer waits for room instead of retrying `apply`'s `QueueFull`); `flush()` is the
 //! barrier; queries call `find_matches(&hashes)` on the caller's thread.
 

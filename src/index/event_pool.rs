@@ -18,9 +18,13 @@ use crate::sync::{Arc, AtomicUsize, Mutex, Ordering, RwLock, epoch};
 pub struct PoolConfig {
     /// Lanes (threads) applying events. Default: 2.
     pub lanes: usize,
-    /// Events each lane's queue holds before [`EventPool::apply`] reports it full. Default: 4,096.
+    /// Events each lane's queue holds before [`EventPool::apply`] reports it full. Default: 8,192.
     /// A busy lane takes its whole queue at once, so up to twice this many events can be
-    /// pending on a lane: queued, and in the lane's hands.
+    /// pending on a lane: queued, and in the lane's hands. Queued events hold their blocks'
+    /// hashes (16 bytes a block), so this bounds memory; deeper queues keep a producer that
+    /// waits on one busy lane from leaving the other lanes without work (events are applied in
+    /// order, so it cannot skip ahead): on the 2-core comparison, 8,192 ingests about 10% faster
+    /// than 4,096.
     pub queue_capacity: usize,
     /// (worker, dp_rank) pairs the index holds at once. Default: 4,096.
     pub max_workers: usize,
@@ -28,7 +32,7 @@ pub struct PoolConfig {
 
 impl Default for PoolConfig {
     fn default() -> Self {
-        Self { lanes: 2, queue_capacity: 4096, max_workers: 4096 }
+        Self { lanes: 2, queue_capacity: 8192, max_workers: 4096 }
     }
 }
 

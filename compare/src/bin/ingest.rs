@@ -3,7 +3,8 @@
 //! cloned before the clock starts, or with `--clone-inside` in the timed loop as the comparison
 //! does; `--engine-hashes` as in the comparison. With `--lanes 1` the lane thread is the
 //! bottleneck and the producer has the other core, so the figure tracks a lane's cost per block
-//! op with less scheduling noise. On this shared VM the machine's speed still drifts by tens of
+//! op with less scheduling noise. `--queue 4096,65536` alternates lane queue capacities rep by
+//! rep and prints each one's median. On this shared VM the machine's speed still drifts by tens of
 //! percent over minutes: compare builds in alternating runs.
 //!
 //! ```sh
@@ -18,13 +19,19 @@ use kvroute_compare::workload::{self, EngineHashes};
 
 fn main() -> ExitCode {
     let (mut dup, mut lanes, mut reps) = (1u32, 1usize, 7usize);
-    let mut queue = PoolConfig::default().queue_capacity;
+    let mut queues = vec![PoolConfig::default().queue_capacity];
     let mut clone_inside = false;
     let mut hashes = EngineHashes::Shared;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "--clone-inside" {
             clone_inside = true;
+            continue;
+        }
+        if flag == "--queue"
+            && let Some(parsed) = args.next().as_deref().and_then(parse_list)
+        {
+            queues = parsed;
             continue;
         }
         if flag == "--engine-hashes"
@@ -38,10 +45,9 @@ fn main() -> ExitCode {
             ("--dup", Some(v)) => dup = v.max(1) as u32,
             ("--lanes", Some(v)) => lanes = v.max(1),
             ("--reps", Some(v)) => reps = v.max(1),
-            ("--queue", Some(v)) => queue = v.max(1),
             _ => {
                 eprintln!(
-                    "usage: ingest [--dup N] [--lanes L] [--reps R] [--queue Q] [--clone-inside] \
+                    "usage: ingest [--dup N] [--lanes L] [--reps R] [--queue Q[,Q…]] [--clone-inside] \
                      [--engine-hashes shared|per-worker]"
                 );
                 return ExitCode::FAILURE;
@@ -59,9 +65,12 @@ fn main() -> ExitCode {
     println!("{}", workload.description);
     let mut times = Vec::with_capacity(reps);
     let mut lane_cpus = Vec::with_capacity(reps);
+    let mut by_queue: Vec<Vec<f64>> = vec![Vec::new(); queues.len()];
     for rep in 1..=reps {
-        let pool =
-            EventPool::new(PoolConfig { lanes, queue_capacity: queue, ..PoolConfig::default() });
+        // Several capacities take turns, so the machine's drift hits them alike.
+        let turn = (rep - 1) % queues.len();
+        let queue_capacity = queues[turn];
+        let pool = EventPool::new(PoolConfig { lanes, queue_capacity, ..PoolConfig::default() });
         // Cloned ahead (the producer only sends and the lanes are the bottleneck), or inside
         // the timed loop as the comparison does.
         let events = if clone_inside { Vec::new() } else { workload.events.clone() };
@@ -96,7 +105,15 @@ fn main() -> ExitCode {
             stats.runs,
         );
         times.push(elapsed);
+        by_queue[turn].push(block_ops as f64 / elapsed / 1e6);
         drop(pool);
+    }
+    if queues.len() > 1 {
+        for (queue, mut rates) in queues.iter().zip(by_queue) {
+            rates.sort_by(f64::total_cmp);
+            let median = rates.get(rates.len() / 2).copied().unwrap_or(0.0);
+            println!("queue {queue}: median {median:.2} M block-ops/s over {} reps", rates.len());
+        }
     }
     times.sort_by(f64::total_cmp);
     lane_cpus.sort_by(f64::total_cmp);
@@ -110,6 +127,11 @@ fn main() -> ExitCode {
         lane_cpus[lane_cpus.len() / 2] * 1e9 / block_ops as f64,
     );
     ExitCode::SUCCESS
+}
+
+/// `a,b,c` as numbers of at least 1.
+fn parse_list(list: &str) -> Option<Vec<usize>> {
+    list.split(',').map(|item| item.parse::<usize>().ok().filter(|&n| n > 0)).collect()
 }
 
 /// CPU time so far of each of this process's live lane threads, in lane order (Linux
