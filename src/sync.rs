@@ -317,7 +317,7 @@ pub mod epoch {
     mod imp {
         use std::collections::VecDeque;
         use std::sync::Arc;
-        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::atomic::{AtomicU64, Ordering};
 
         use crossbeam_epoch::{self as ce, Atomic, Owned};
 
@@ -344,8 +344,16 @@ pub mod epoch {
         #[derive(Default)]
         pub struct Reclaimer {
             batch: Vec<Garbage>,
-            /// Sealed batches, oldest first, each with the flag the epoch sets once it is safe.
-            sealed: VecDeque<(Arc<AtomicBool>, Vec<Garbage>)>,
+            /// Sealed batches, oldest first, each with its number.
+            sealed: VecDeque<(u64, Vec<Garbage>)>,
+            /// Batches sealed so far.
+            seals: u64,
+            /// The highest batch number the epoch has found safe: safety is monotone (a batch
+            /// sealed earlier waits for a subset of the readers a later one waits for), so every
+            /// batch up to it is safe too.
+            safe: Arc<AtomicU64>,
+            /// An emptied batch kept for its allocation.
+            spare: Vec<Garbage>,
         }
 
         impl Reclaimer {
@@ -360,16 +368,22 @@ pub mod epoch {
                 if self.batch.is_empty() {
                     return;
                 }
-                let safe = Arc::new(AtomicBool::new(false));
-                let flag = safe.clone();
-                guard.0.defer(move || flag.store(true, Ordering::Release));
-                self.sealed.push_back((safe, std::mem::take(&mut self.batch)));
+                self.seals += 1;
+                let (number, safe) = (self.seals, self.safe.clone());
+                guard.0.defer(move || safe.fetch_max(number, Ordering::Release));
+                let batch = std::mem::replace(&mut self.batch, std::mem::take(&mut self.spare));
+                self.sealed.push_back((number, batch));
             }
 
             /// Drops the sealed batches no reader can hold any more.
             pub fn reclaim(&mut self) {
-                while self.sealed.front().is_some_and(|(safe, _)| safe.load(Ordering::Acquire)) {
-                    self.sealed.pop_front();
+                let safe = self.safe.load(Ordering::Acquire);
+                while self.sealed.front().is_some_and(|&(number, _)| number <= safe) {
+                    let (_, mut batch) = self.sealed.pop_front().expect("checked above");
+                    batch.clear();
+                    if batch.capacity() > self.spare.capacity() {
+                        self.spare = batch;
+                    }
                 }
             }
         }

@@ -42,6 +42,7 @@ impl HeldBlocks {
     }
 
     /// The node this worker named `name`; if there is none, records that it names `node` so.
+    #[inline]
     pub(crate) fn insert_or_get(
         &mut self,
         name: u64,
@@ -67,6 +68,7 @@ impl HeldBlocks {
     }
 
     /// Forgets the name `name`; returns the node it named.
+    #[inline]
     pub(crate) fn remove(&mut self, name: u64, trie: &LaneTrie) -> Option<NodeId> {
         let tagged = self.tagged.remove(name, |node| trie.name(node) == name);
         // Shrinking the tag map may have spilled entries too.

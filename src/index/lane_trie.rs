@@ -58,8 +58,11 @@ pub(crate) struct LaneTrie {
     free_runs: Vec<RunId>,
     nodes: Vec<NodePos>,
     free_nodes: Vec<NodeId>,
-    /// Reused buffer for [`Self::release`].
+    /// Reused buffers: for [`Self::release`], for the holders of a run's next version, and
+    /// for the sequence hashes of an appended branch.
     spots: Vec<(RunId, u32)>,
+    holders: Vec<Worker>,
+    chain_seqs: Vec<u64>,
     /// What this lane unlinked and readers may still hold.
     retired: Reclaimer,
 }
@@ -73,6 +76,8 @@ impl LaneTrie {
             nodes: Vec::new(),
             free_nodes: Vec::new(),
             spots: Vec::new(),
+            holders: Vec::new(),
+            chain_seqs: Vec::new(),
             retired: Reclaimer::default(),
         }
     }
@@ -190,11 +195,14 @@ impl LaneTrie {
             let first = pos.offset;
             let last = first + (end - at) as u32 - 1;
             let run = self.isolate(pos.run, first, last, guard);
-            let state = self.state(run, guard);
-            let mut members = state.members.to_vec();
+            let members = &self.state(run, guard).members;
             let slot = members.binary_search(&worker).expect_err("not a holder yet");
-            members.insert(slot, worker);
-            self.set_members(run, members.into_boxed_slice(), guard);
+            self.holders.clear();
+            self.holders.extend_from_slice(&members[..slot]);
+            self.holders.push(worker);
+            self.holders.extend_from_slice(&members[slot..]);
+            let members = shared_slice(&self.holders);
+            self.set_members(run, members, guard);
             at = end;
         }
     }
@@ -214,14 +222,13 @@ impl LaneTrie {
             return;
         }
         let mut seq = at.map(|node| self.seq(node, guard));
-        let seqs: Vec<u64> = locals
-            .iter()
-            .map(|&local| {
-                let next = next_sequence_hash(seq, LocalBlockHash(local));
-                seq = Some(next);
-                next.0
-            })
-            .collect();
+        let mut seqs = std::mem::take(&mut self.chain_seqs);
+        seqs.clear();
+        seqs.extend(locals.iter().map(|&local| {
+            let next = next_sequence_hash(seq, LocalBlockHash(local));
+            seq = Some(next);
+            next.0
+        }));
         let parent = match at {
             None => ROOT,
             Some(node) => {
@@ -253,11 +260,12 @@ impl LaneTrie {
             let state = RunState {
                 locals: shared_slice(locals),
                 tail_seq: *seqs.last().expect("non-empty"),
-                members: Box::new([worker]),
+                members: shared_slice(&[worker]),
             };
-            let seqs = seqs.iter().step_by(SEQ_STRIDE).copied().collect();
-            self.add_run(parent, state, ids.to_vec(), seqs, Vec::new(), guard);
+            let checkpoints = seqs.iter().step_by(SEQ_STRIDE).copied().collect();
+            self.add_run(parent, state, ids.to_vec(), checkpoints, Vec::new(), guard);
         }
+        self.chain_seqs = seqs;
     }
 
     /// Whether a branch of `len` blocks held by `worker` alone is best appended to `run`.
@@ -348,10 +356,10 @@ impl LaneTrie {
 
     fn release_stretch(&mut self, worker: Worker, run: RunId, first: u32, last: u32, g: &Guard) {
         let state = self.state(run, g);
-        let members: Box<[Worker]> =
-            state.members.iter().copied().filter(|&w| w != worker).collect();
+        self.holders.clear();
+        self.holders.extend(state.members.iter().filter(|&&w| w != worker));
         let len = state.locals.len() as u32;
-        if last + 1 == len && members.is_empty() && self.meta(run).children.is_empty() {
+        if last + 1 == len && self.holders.is_empty() && self.meta(run).children.is_empty() {
             // Nothing holds or hangs below the stretch any more: cut it off.
             if first == 0 {
                 self.remove_run(run, g);
@@ -361,6 +369,7 @@ impl LaneTrie {
             return;
         }
         let run = self.isolate(run, first, last, g);
+        let members = shared_slice(&self.holders);
         self.set_members(run, members, g);
     }
 
@@ -427,7 +436,7 @@ impl LaneTrie {
         meta.run.state.replace(state, &mut self.retired);
     }
 
-    fn set_members(&mut self, run: RunId, members: Box<[Worker]>, guard: &Guard) {
+    fn set_members(&mut self, run: RunId, members: Arc<[Worker]>, guard: &Guard) {
         let state = self.state(run, guard);
         let next = RunState { locals: state.locals.clone(), tail_seq: state.tail_seq, members };
         self.publish(run, next);
@@ -570,9 +579,8 @@ impl LaneTrie {
                 size_of::<Run>()
                     + 2 * size_of::<usize>() // the `Arc` counts
                     + size_of::<RunState>()
-                    + state.locals.len() * 8
-                    + 2 * size_of::<usize>()
-                    + state.members.len() * size_of::<Worker>()
+                    + 2 * size_of::<usize>() + state.locals.len() * 8
+                    + 2 * size_of::<usize>() + state.members.len() * size_of::<Worker>()
                     + meta.children.capacity() * 4
                     + meta.ids.capacity() * 4
                     + meta.seqs.capacity() * 8

@@ -68,7 +68,8 @@ pub struct LoomTable(Arc<RunTable>, std::sync::Arc<std::sync::Mutex<Reclaimer>>)
 impl LoomTable {
     /// Publishes a run with content `locals` under `key` (which must not be live).
     pub fn insert(&self, key: u64, locals: &[u64]) {
-        let state = RunState { locals: shared_slice(locals), tail_seq: 0, members: Box::new([]) };
+        let state =
+            RunState { locals: shared_slice(locals), tail_seq: 0, members: shared_slice(&[]) };
         let run = Run { id: AtomicU32::new(0), state: Published::new(state) };
         self.0.insert(key, Arc::new(run), &pin(), &mut self.1.lock().expect("not poisoned"));
     }

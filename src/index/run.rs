@@ -30,8 +30,9 @@ pub(crate) struct RunState {
     pub(crate) locals: Arc<[u64]>,
     /// Our sequence hash of the last block.
     pub(crate) tail_seq: u64,
-    /// The workers holding every block of the run, sorted.
-    pub(crate) members: Box<[Worker]>,
+    /// The workers holding every block of the run, sorted; shared like `locals` between
+    /// versions that differ in content only (a split's two halves, a shortened run).
+    pub(crate) members: Arc<[Worker]>,
 }
 
 impl RunState {

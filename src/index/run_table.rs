@@ -198,7 +198,7 @@ mod tests {
         let state = RunState {
             locals: shared_slice(&[key, key + 1]),
             tail_seq: key,
-            members: Box::new([Worker::new(key, 0)]),
+            members: shared_slice(&[Worker::new(key, 0)]),
         };
         Arc::new(Run { id: AtomicU32::new(key as u32), state: Published::new(state) })
     }

@@ -197,6 +197,7 @@ impl TagMap {
     /// The node named `name`, as `is_named` confirms; if there is none, adds `node` under
     /// `name`'s tag (afterwards [`Self::take_spilled`] may hand back an entry). The buckets
     /// searched are the ones the entry goes in, so placing it reads no new line.
+    #[inline(always)] // One caller, in the lane's hottest loop.
     pub(crate) fn insert_or_get(
         &mut self,
         name: u64,
@@ -296,6 +297,7 @@ impl TagMap {
     }
 
     /// Removes the entry named `name`, as `is_named` confirms; returns its node.
+    #[inline(always)] // One caller, in the lane's hottest loop.
     pub(crate) fn remove(
         &mut self,
         name: u64,
