@@ -13,6 +13,7 @@
 
 use crate::event::{LocalBlockHash, SequenceHash, Worker};
 use crate::hash::next_sequence_hash;
+use crate::index::locals::Locals;
 use crate::index::run::{Run, RunId, RunState};
 use crate::index::run_table::RunTable;
 use crate::sync::epoch::{Guard, Published, Reclaimer};
@@ -254,11 +255,11 @@ impl LaneTrie {
             let kept =
                 seqs.iter().enumerate().filter(|(step, _)| (offset + step) % SEQ_STRIDE == 0);
             meta.seqs.extend(kept.map(|(_, &seq)| seq));
-            let locals = shared_slice(&joined);
+            let locals = Locals::new(&joined);
             self.publish(parent, RunState { locals, tail_seq, members });
         } else {
             let state = RunState {
-                locals: shared_slice(locals),
+                locals: Locals::new(locals),
                 tail_seq: *seqs.last().expect("non-empty"),
                 members: shared_slice(&[worker]),
             };
@@ -396,14 +397,14 @@ impl LaneTrie {
         shrink(&mut meta.seqs);
         let children = std::mem::take(&mut meta.children);
         let tail = RunState {
-            locals: shared_slice(&state.locals[at..]),
+            locals: state.locals.part(at..state.locals.len()),
             tail_seq: state.tail_seq,
             members: state.members.clone(),
         };
         // The tail is findable before the head stops covering it.
         let new = self.add_run(run, tail, ids, seqs, children, guard);
         let head = RunState {
-            locals: shared_slice(&state.locals[..at]),
+            locals: state.locals.part(0..at),
             tail_seq: head_tail_seq,
             members: state.members.clone(),
         };
@@ -421,11 +422,8 @@ impl LaneTrie {
         meta.seqs.truncate(at.div_ceil(SEQ_STRIDE));
         shrink(&mut meta.ids);
         shrink(&mut meta.seqs);
-        let head = RunState {
-            locals: shared_slice(&state.locals[..at]),
-            tail_seq,
-            members: state.members.clone(),
-        };
+        let head =
+            RunState { locals: state.locals.part(0..at), tail_seq, members: state.members.clone() };
         self.publish(run, head);
         self.free_nodes.extend(dropped);
     }
@@ -579,7 +577,7 @@ impl LaneTrie {
                 size_of::<Run>()
                     + 2 * size_of::<usize>() // the `Arc` counts
                     + size_of::<RunState>()
-                    + 2 * size_of::<usize>() + state.locals.len() * 8
+                    + state.locals.allocated()
                     + 2 * size_of::<usize>() + state.members.len() * size_of::<Worker>()
                     + meta.children.capacity() * 4
                     + meta.ids.capacity() * 4

@@ -3,6 +3,7 @@
 
 use crate::event::{LocalBlockHash, Worker};
 use crate::index::lane_trie::LaneTrie;
+use crate::index::locals::Locals;
 use crate::index::run::{Run, RunState, walk};
 use crate::index::run_table::RunTable;
 use crate::sync::epoch::{Published, Reclaimer, pin};
@@ -69,7 +70,7 @@ impl LoomTable {
     /// Publishes a run with content `locals` under `key` (which must not be live).
     pub fn insert(&self, key: u64, locals: &[u64]) {
         let state =
-            RunState { locals: shared_slice(locals), tail_seq: 0, members: shared_slice(&[]) };
+            RunState { locals: Locals::new(locals), tail_seq: 0, members: shared_slice(&[]) };
         let run = Run { id: AtomicU32::new(0), state: Published::new(state) };
         self.0.insert(key, Arc::new(run), &pin(), &mut self.1.lock().expect("not poisoned"));
     }

@@ -9,6 +9,7 @@ mod event_pool;
 mod held_blocks;
 mod lane;
 mod lane_trie;
+mod locals;
 mod probe_map;
 mod reference;
 mod run;

@@ -9,6 +9,7 @@
 
 use crate::event::{LocalBlockHash, SequenceHash, Worker};
 use crate::hash::next_sequence_hash;
+use crate::index::locals::Locals;
 use crate::index::run_table::RunTable;
 use crate::sync::epoch::{Guard, Published};
 use crate::sync::{Arc, AtomicU32};
@@ -26,8 +27,8 @@ pub(crate) struct Run {
 
 /// One published version of a run.
 pub(crate) struct RunState {
-    /// The content hash of each block, shared between versions that differ in holders only.
-    pub(crate) locals: Arc<[u64]>,
+    /// The content hash of each block, shared between versions of the run.
+    pub(crate) locals: Locals,
     /// Our sequence hash of the last block.
     pub(crate) tail_seq: u64,
     /// The workers holding every block of the run, sorted; shared like `locals` between

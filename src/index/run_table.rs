@@ -189,6 +189,7 @@ impl Drop for RunTable {
 mod tests {
     use super::*;
     use crate::event::Worker;
+    use crate::index::locals::Locals;
     use crate::index::run::RunState;
     use crate::sync::epoch::Reclaimer;
     use crate::sync::epoch::pin;
@@ -196,7 +197,7 @@ mod tests {
 
     fn run(key: u64) -> Arc<Run> {
         let state = RunState {
-            locals: shared_slice(&[key, key + 1]),
+            locals: Locals::new(&[key, key + 1]),
             tail_seq: key,
             members: shared_slice(&[Worker::new(key, 0)]),
         };
