@@ -352,7 +352,7 @@ pub mod epoch {
             /// sealed earlier waits for a subset of the readers a later one waits for), so every
             /// batch up to it is safe too.
             safe: Arc<AtomicU64>,
-            /// An emptied batch kept for its allocation.
+            /// An emptied batch kept for its allocation (up to a size).
             spare: Vec<Garbage>,
         }
 
@@ -381,7 +381,9 @@ pub mod epoch {
                 while self.sealed.front().is_some_and(|&(number, _)| number <= safe) {
                     let (_, mut batch) = self.sealed.pop_front().expect("checked above");
                     batch.clear();
-                    if batch.capacity() > self.spare.capacity() {
+                    // Keep a usual batch's allocation, not a mass removal's.
+                    const SPARE_MAX: usize = 1024;
+                    if batch.capacity() > self.spare.capacity() && batch.capacity() <= SPARE_MAX {
                         self.spare = batch;
                     }
                 }
