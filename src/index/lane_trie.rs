@@ -59,11 +59,13 @@ pub(crate) struct LaneTrie {
     free_runs: Vec<RunId>,
     nodes: Vec<NodePos>,
     free_nodes: Vec<NodeId>,
-    /// Reused buffers: for [`Self::release`], for the holders of a run's next version, and
-    /// for the sequence hashes of an appended branch.
+    /// Reused buffers: for [`Self::release`], for the holders of a run's next version, for
+    /// the sequence hashes of an appended branch, and for a run's content hashes with a branch
+    /// appended.
     spots: Vec<(RunId, u32)>,
     holders: Vec<Worker>,
     chain_seqs: Vec<u64>,
+    joined: Vec<u64>,
     /// What this lane unlinked and readers may still hold.
     retired: Reclaimer,
 }
@@ -79,6 +81,7 @@ impl LaneTrie {
             spots: Vec::new(),
             holders: Vec::new(),
             chain_seqs: Vec::new(),
+            joined: Vec::new(),
             retired: Reclaimer::default(),
         }
     }
@@ -243,7 +246,10 @@ impl LaneTrie {
         if parent != ROOT && self.extends_in_place(parent, worker, locals.len(), guard) {
             let state = self.state(parent, guard);
             let offset = state.locals.len();
-            let joined: Vec<u64> = state.locals.iter().chain(locals).copied().collect();
+            let mut joined = std::mem::take(&mut self.joined);
+            joined.clear();
+            joined.extend_from_slice(&state.locals);
+            joined.extend_from_slice(locals);
             for (step, &node) in ids.iter().enumerate() {
                 let pos = &mut self.nodes[node as usize];
                 (pos.run, pos.offset) = (parent, (offset + step) as u32);
@@ -256,6 +262,7 @@ impl LaneTrie {
                 seqs.iter().enumerate().filter(|(step, _)| (offset + step) % SEQ_STRIDE == 0);
             meta.seqs.extend(kept.map(|(_, &seq)| seq));
             let locals = Locals::new(&joined);
+            keep_buffer(&mut self.joined, joined);
             self.publish(parent, RunState { locals, tail_seq, members });
         } else {
             let state = RunState {
@@ -266,7 +273,7 @@ impl LaneTrie {
             let checkpoints = seqs.iter().step_by(SEQ_STRIDE).copied().collect();
             self.add_run(parent, state, ids.to_vec(), checkpoints, Vec::new(), guard);
         }
-        self.chain_seqs = seqs;
+        keep_buffer(&mut self.chain_seqs, seqs);
     }
 
     /// Whether a branch of `len` blocks held by `worker` alone is best appended to `run`.
@@ -614,6 +621,14 @@ fn checkpoints(first: u64, locals: &[u64]) -> Vec<u64> {
         }
     }
     seqs
+}
+
+/// Puts a reused buffer back, unless an unusually large event grew it.
+fn keep_buffer<T>(slot: &mut Vec<T>, buffer: Vec<T>) {
+    const KEEP: usize = 4096;
+    if buffer.capacity() <= KEEP {
+        *slot = buffer;
+    }
 }
 
 /// Gives back spare capacity once it is most of a vector.
