@@ -252,15 +252,6 @@ mod imp {
                 }
                 queue.into_iter()
             }
-
-            /// Receives if a message is queued.
-            pub fn try_recv(&self) -> Result<T, RecvError> {
-                let value = self.0.state.lock().unwrap().queue.pop_front();
-                if value.is_some() {
-                    self.0.changed.notify_all();
-                }
-                value.ok_or(RecvError)
-            }
         }
 
         impl<T> Drop for Receiver<T> {

@@ -13,7 +13,7 @@ use crossbeam_utils::CachePadded;
 use crate::event::{ApplyError, ApplyErrorKind, KvEventData, RouterEvent, SequenceHash};
 use crate::event::{StoredBlock, Worker, WorkerId};
 use crate::index::held_blocks::HeldBlocks;
-use crate::index::lane_trie::{LaneTrie, NodeId};
+use crate::index::lane_trie::{LaneTrie, NodeId, shed};
 use crate::index::run_table::RunTable;
 use crate::index::worker_dump::dump_worker;
 use crate::pool::Lane;
@@ -274,14 +274,13 @@ impl IndexLane {
                 held.nodes_mut().for_each(|node| *node = renamed[*node as usize]);
             }
         }
-        const KEEP: usize = 4096;
-        if self.nodes.capacity() > KEEP || self.path.capacity() > KEEP {
-            self.path = Vec::new();
-            self.reserved = Vec::new();
-            self.fresh = Vec::new();
-            self.appended = Vec::new();
-            self.nodes = Vec::new();
-        }
+        // Reused buffers an unusually large event grew give their memory back.
+        shed(&mut self.path);
+        shed(&mut self.reserved);
+        shed(&mut self.fresh);
+        shed(&mut self.appended);
+        shed(&mut self.nodes);
+        self.trie.trim_buffers();
     }
 
     /// Drops `worker` as a holder of every block in `held`, already taken out of its map.

@@ -29,6 +29,9 @@ const ROOT: RunId = RunId::MAX;
 /// nearest one before when needed (the run's last one is in its state).
 const SEQ_STRIDE: usize = 16;
 
+/// Reused buffers keep their allocation up to this many entries.
+pub(crate) const BUFFER_KEEP: usize = 4096;
+
 /// Appending to a run copies it; beyond this many blocks, and unless the appended part is at
 /// least a quarter of the result, a new run is cheaper.
 const COPY_APPEND_LIMIT: usize = 256;
@@ -91,6 +94,14 @@ impl LaneTrie {
     pub(crate) fn end_event(&mut self, guard: &Guard) {
         self.retired.seal(guard);
         self.retired.reclaim();
+    }
+
+    /// Gives back the reused buffers an unusually large event grew.
+    pub(crate) fn trim_buffers(&mut self) {
+        shed(&mut self.spots);
+        shed(&mut self.holders);
+        shed(&mut self.chain_seqs);
+        shed(&mut self.joined);
     }
 
     /// Frees the retired batches that are safe (when idle).
@@ -262,7 +273,7 @@ impl LaneTrie {
                 seqs.iter().enumerate().filter(|(step, _)| (offset + step) % SEQ_STRIDE == 0);
             meta.seqs.extend(kept.map(|(_, &seq)| seq));
             let locals = Locals::new(&joined);
-            keep_buffer(&mut self.joined, joined);
+            self.joined = joined;
             self.publish(parent, RunState { locals, tail_seq, members });
         } else {
             let state = RunState {
@@ -273,7 +284,7 @@ impl LaneTrie {
             let checkpoints = seqs.iter().step_by(SEQ_STRIDE).copied().collect();
             self.add_run(parent, state, ids.to_vec(), checkpoints, Vec::new(), guard);
         }
-        keep_buffer(&mut self.chain_seqs, seqs);
+        self.chain_seqs = seqs;
     }
 
     /// Whether a branch of `len` blocks held by `worker` alone is best appended to `run`.
@@ -623,11 +634,11 @@ fn checkpoints(first: u64, locals: &[u64]) -> Vec<u64> {
     seqs
 }
 
-/// Puts a reused buffer back, unless an unusually large event grew it.
-fn keep_buffer<T>(slot: &mut Vec<T>, buffer: Vec<T>) {
-    const KEEP: usize = 4096;
-    if buffer.capacity() <= KEEP {
-        *slot = buffer;
+/// Gives a reused buffer's allocation back if an unusually large event grew it past
+/// [`BUFFER_KEEP`].
+pub(crate) fn shed<T>(buffer: &mut Vec<T>) {
+    if buffer.capacity() > BUFFER_KEEP {
+        *buffer = Vec::new();
     }
 }
 
