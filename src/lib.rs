@@ -61,6 +61,7 @@ pub mod sequences;
 #[cfg(feature = "sim")]
 pub mod sim;
 
+mod prefetch;
 mod sync;
 mod u64_map;
 
