@@ -297,6 +297,7 @@ impl IndexLane {
             let guard = epoch::pin();
             let held = self.workers.remove(worker).expect("listed above");
             self.release_all(*worker, &held, &guard);
+            self.trie.forget_worker(*worker);
             self.trie.end_event(&guard);
             self.budget.known.fetch_sub(1, Ordering::Relaxed);
         }

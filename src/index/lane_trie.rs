@@ -13,11 +13,12 @@
 
 use crate::event::{LocalBlockHash, SequenceHash, Worker};
 use crate::hash::next_sequence_hash;
+use crate::index::holder_sets::HolderSets;
 use crate::index::locals::Locals;
 use crate::index::run::{Run, RunId, RunState};
 use crate::index::run_table::RunTable;
 use crate::sync::epoch::{Guard, Published, Reclaimer};
-use crate::sync::{Arc, AtomicU32, Ordering, shared_slice};
+use crate::sync::{Arc, AtomicU32, Ordering};
 
 /// Identifies a node (one block's place in the tree) to its lane.
 pub(crate) type NodeId = u32;
@@ -69,6 +70,8 @@ pub(crate) struct LaneTrie {
     holders: Vec<Worker>,
     chain_seqs: Vec<u64>,
     joined: Vec<u64>,
+    /// The holder lists of one worker and of none, shared by the runs.
+    holder_sets: HolderSets,
     /// What this lane unlinked and readers may still hold.
     retired: Reclaimer,
 }
@@ -85,6 +88,7 @@ impl LaneTrie {
             holders: Vec::new(),
             chain_seqs: Vec::new(),
             joined: Vec::new(),
+            holder_sets: HolderSets::default(),
             retired: Reclaimer::default(),
         }
     }
@@ -102,6 +106,11 @@ impl LaneTrie {
         shed(&mut self.holders);
         shed(&mut self.chain_seqs);
         shed(&mut self.joined);
+    }
+
+    /// Forgets what the trie keeps for `worker` itself (it holds nothing any more).
+    pub(crate) fn forget_worker(&mut self, worker: Worker) {
+        self.holder_sets.forget(worker);
     }
 
     /// Frees the retired batches that are safe (when idle).
@@ -216,7 +225,7 @@ impl LaneTrie {
             self.holders.extend_from_slice(&members[..slot]);
             self.holders.push(worker);
             self.holders.extend_from_slice(&members[slot..]);
-            let members = shared_slice(&self.holders);
+            let members = self.holder_sets.of(&self.holders);
             self.set_members(run, members, guard);
             at = end;
         }
@@ -279,7 +288,7 @@ impl LaneTrie {
             let state = RunState {
                 locals: Locals::new(locals),
                 tail_seq: *seqs.last().expect("non-empty"),
-                members: shared_slice(&[worker]),
+                members: self.holder_sets.of(&[worker]),
             };
             let checkpoints = seqs.iter().step_by(SEQ_STRIDE).copied().collect();
             self.add_run(parent, state, ids.to_vec(), checkpoints, Vec::new(), guard);
@@ -388,7 +397,7 @@ impl LaneTrie {
             return;
         }
         let run = self.isolate(run, first, last, g);
-        let members = shared_slice(&self.holders);
+        let members = self.holder_sets.of(&self.holders);
         self.set_members(run, members, g);
     }
 

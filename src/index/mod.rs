@@ -7,6 +7,7 @@
 
 mod event_pool;
 mod held_blocks;
+mod holder_sets;
 mod lane;
 mod lane_trie;
 mod locals;
