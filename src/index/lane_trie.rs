@@ -470,6 +470,7 @@ impl LaneTrie {
     /// A node id for a block about to be appended, which its first holder names `name` (so
     /// the name can be entered first); give it to [`Self::append`], or back through
     /// [`Self::unreserve`].
+    #[inline]
     pub(crate) fn reserve_node(&mut self, name: u64) -> NodeId {
         self.alloc_node(NodePos { name, ..NodePos::default() })
     }
@@ -479,6 +480,7 @@ impl LaneTrie {
         self.free_nodes.extend_from_slice(ids);
     }
 
+    #[inline]
     fn alloc_node(&mut self, pos: NodePos) -> NodeId {
         match self.free_nodes.pop() {
             Some(node) => {

@@ -258,6 +258,7 @@ impl TagMap {
     }
 
     /// Entries handed back since the last call (usually none).
+    #[inline]
     pub(crate) fn take_spilled(&mut self) -> Option<NodeId> {
         self.spilled.pop()
     }
