@@ -57,8 +57,9 @@ pub(crate) struct IndexLane {
     budget: Arc<WorkerBudget>,
     counters: Arc<CachePadded<LaneCounters>>,
     /// Reused buffers of one event: existing nodes a `Stored` newly holds, node ids reserved for
-    /// its new blocks, engine hashes new to the worker, content hashes of new blocks, the last
-    /// existing node of the chain, and the nodes a `Removed` drops.
+    /// its new blocks, the engine hashes it gives existing nodes that are new to the worker,
+    /// content hashes of new blocks, the last existing node of the chain, and the nodes a
+    /// `Removed` drops.
     path: Vec<NodeId>,
     reserved: Vec<NodeId>,
     fresh: Vec<u64>,
@@ -180,57 +181,65 @@ impl IndexLane {
         self.appended.clear();
         self.reserved.clear();
         let mut at = start;
+        // Blocks from this index on have no node yet (once one has none, neither has its child).
+        let mut new_from = blocks.len();
         let mut rejected = None;
         for (index, block) in blocks.iter().enumerate() {
             if let Some(ahead) = blocks.get(index + PREFETCH_AHEAD) {
                 held.prefetch(ahead.hash.0);
             }
-            let next = match self.appended.is_empty() {
+            let next = match index < new_from {
                 true => self.trie.next(at, block.local.0, guard),
                 false => None,
             };
             let node = match next {
                 Some(node) => node,
                 None => {
+                    new_from = new_from.min(index);
                     let node = self.trie.reserve_node(block.hash.0);
                     self.reserved.push(node);
                     node
                 }
             };
-            let ok = match held.insert_or_get(block.hash.0, node, &self.trie) {
+            let ok = match (held.insert_or_get(block.hash.0, node, &self.trie), next) {
                 // Storing a block twice is a no-op; one name for two blocks is a conflict.
-                Some(existing) => Some(existing) == next,
-                None => {
+                (Some(existing), _) => Some(existing) == next,
+                // A new node's name (on a conflict, taken out again by position).
+                (None, None) => true,
+                // An existing node's new name; not one block under two names.
+                (None, Some(node)) => {
                     self.fresh.push(block.hash.0);
-                    match next {
-                        // Not one block under two names.
-                        Some(node) if self.trie.holds(node, worker, guard) => false,
-                        Some(node) => {
-                            self.path.push(node);
-                            true
-                        }
-                        None => true,
+                    let named_before = self.trie.holds(node, worker, guard);
+                    if !named_before {
+                        self.path.push(node);
                     }
+                    !named_before
                 }
             };
             if !ok {
-                rejected = Some(block.hash);
+                rejected = Some(index);
                 break;
             }
-            match next {
-                Some(node) => at = Some(node),
-                None => self.appended.push(block.local.0),
+            if next.is_some() {
+                at = next;
             }
         }
         self.last_existing = at;
         match rejected {
-            None => Ok(()),
-            Some(block) => {
-                for &hash in &self.fresh {
+            None => {
+                let new = &blocks[new_from.min(blocks.len())..];
+                self.appended.extend(new.iter().map(|block| block.local.0));
+                Ok(())
+            }
+            Some(index) => {
+                // The names entered: the existing nodes' (`fresh`), and every new node's before
+                // the conflict (each was new to the worker, or the conflict would be there).
+                let new_names = blocks[new_from.min(index)..index].iter().map(|b| b.hash.0);
+                for hash in self.fresh.iter().copied().chain(new_names) {
                     held.remove(hash, &self.trie);
                 }
                 self.trie.unreserve(&self.reserved);
-                Err(block)
+                Err(blocks[index].hash)
             }
         }
     }
