@@ -310,16 +310,23 @@ impl LaneTrie {
     pub(crate) fn release(&mut self, worker: Worker, nodes: &[NodeId], guard: &Guard) {
         // Engines list evicted blocks in chain order (tail first), which makes few stretches:
         // release them in that order, reading each node's position as it is reached (earlier
-        // stretches may have split its run). Any other order is sorted into stretches first.
-        if self.few_stretches_in_order(nodes) {
-            let mut at = 0;
-            while at < nodes.len() {
-                let (run, first, last, end) = self.stretch_at(nodes, at);
-                self.release_stretch(worker, run, first, last, guard);
-                at = end;
+        // stretches may have split its run). Once that makes many (more than one per four
+        // nodes, or eight), the rest are sorted into stretches instead.
+        let limit = nodes.len().max(32) / 4;
+        let mut at = 0;
+        for _ in 0..limit {
+            if at == nodes.len() {
+                return;
             }
-            return;
+            let (run, first, last, end) = self.stretch_at(nodes, at);
+            self.release_stretch(worker, run, first, last, guard);
+            at = end;
         }
+        self.release_sorted(worker, &nodes[at..], guard);
+    }
+
+    /// [`Self::release`] for nodes in any order: sorted into stretches first.
+    fn release_sorted(&mut self, worker: Worker, nodes: &[NodeId], guard: &Guard) {
         let mut spots = std::mem::take(&mut self.spots);
         spots.clear();
         spots.extend(nodes.iter().map(|&node| {
@@ -364,22 +371,6 @@ impl LaneTrie {
             end += 1;
         }
         (start.run, first, last, end)
-    }
-
-    /// Whether [`Self::stretch_at`] cuts `nodes`, as they are now, into few stretches (at most
-    /// one per four nodes, or eight): stops counting once there are more.
-    fn few_stretches_in_order(&self, nodes: &[NodeId]) -> bool {
-        let limit = nodes.len().max(32) / 4;
-        let mut count = 0;
-        let mut at = 0;
-        while at < nodes.len() {
-            if count == limit {
-                return false;
-            }
-            at = self.stretch_at(nodes, at).3;
-            count += 1;
-        }
-        true
     }
 
     fn release_stretch(&mut self, worker: Worker, run: RunId, first: u32, last: u32, g: &Guard) {
