@@ -32,6 +32,22 @@ impl HolderSets {
         }
     }
 
+    /// Heap bytes of the shared lists (of one worker or none) and their map.
+    pub(crate) fn bytes(&self) -> usize {
+        let list = |len: usize| 2 * size_of::<usize>() + len * size_of::<Worker>();
+        list(0)
+            + self.solo.capacity() * (size_of::<(Worker, Arc<[Worker]>)>() + 1)
+            + self.solo.len() * list(1)
+    }
+
+    /// Heap bytes of `members` a run owns alone: none for the shared lists of one worker or none.
+    pub(crate) fn own_bytes(members: &[Worker]) -> usize {
+        match members.len() {
+            0 | 1 => 0,
+            len => 2 * size_of::<usize>() + len * size_of::<Worker>(),
+        }
+    }
+
     /// Drops `worker`'s own list (runs still holding it keep their copy alive).
     pub(crate) fn forget(&mut self, worker: Worker) {
         self.solo.remove(&worker);

@@ -227,8 +227,7 @@ impl IndexLane {
         self.last_existing = at;
         match rejected {
             None => {
-                let new = &blocks[new_from.min(blocks.len())..];
-                self.appended.extend(new.iter().map(|block| block.local.0));
+                self.appended.extend(blocks[new_from..].iter().map(|block| block.local.0));
                 Ok(())
             }
             Some(index) => {

@@ -598,13 +598,14 @@ impl LaneTrie {
                     + 2 * size_of::<usize>() // the `Arc` counts
                     + size_of::<RunState>()
                     + state.locals.allocated()
-                    + 2 * size_of::<usize>() + state.members.len() * size_of::<Worker>()
+                    + HolderSets::own_bytes(&state.members)
                     + meta.children.capacity() * 4
                     + meta.ids.capacity() * 4
                     + meta.seqs.capacity() * 8
             })
             .sum();
-        runs + self.runs.capacity() * size_of::<Option<RunMeta>>()
+        runs + self.holder_sets.bytes()
+            + self.runs.capacity() * size_of::<Option<RunMeta>>()
             + (self.free_runs.capacity() + self.free_nodes.capacity()) * 4
             + self.nodes.capacity() * size_of::<NodePos>()
             + self.table.bytes(guard)
