@@ -194,8 +194,8 @@ impl TagMap {
         node: NodeId,
         is_named: impl Fn(NodeId) -> bool,
     ) -> Option<NodeId> {
-        if self.buckets.is_empty() || (self.len + 1) * 8 > self.slots() * 7 {
-            // Growing first: the slow path.
+        if (self.len + 1) * 8 > self.slots() * 7 {
+            // Growing first (an empty table too): the slow path.
             if let Some((bucket, way)) = self.find(name, is_named) {
                 return Some(self.buckets[bucket].nodes[way]);
             }
@@ -344,9 +344,20 @@ impl TagMap {
             }
         }
         for entry in misplaced {
-            if let Err((_, left)) = self.place(entry) {
-                self.spilled.push(left);
+            if !self.place_or_spill(entry) {
                 self.len -= 1;
+            }
+        }
+    }
+
+    /// [`Self::place`], spilling the entry left over if there is one; whether the table holds
+    /// one more entry.
+    fn place_or_spill(&mut self, entry: (u32, NodeId)) -> bool {
+        match self.place(entry) {
+            Ok(()) => true,
+            Err((_, left)) => {
+                self.spilled.push(left);
+                false
             }
         }
     }
@@ -365,7 +376,7 @@ impl TagMap {
                 // The first bucket first: first buckets scale with the old order, so most
                 // writes go to the new table in order.
                 let placed = self.buckets[buckets_of(tag, buckets).0].put(tag, node)
-                    || self.place((tag, node)).map_err(|(_, left)| self.spilled.push(left)).is_ok();
+                    || self.place_or_spill((tag, node));
                 self.len += usize::from(placed);
             }
         }
