@@ -4,8 +4,11 @@
 //! does; `--engine-hashes` as in the comparison. With `--lanes 1` the lane thread is the
 //! bottleneck and the producer has the other core, so the figure tracks a lane's cost per block
 //! op with less scheduling noise. `--queue 4096,65536` alternates lane queue capacities rep by
-//! rep and prints each one's median. On this shared VM the machine's speed still drifts by tens of
-//! percent over minutes: compare builds in alternating runs.
+//! rep and prints each one's median. `--trim` hands freed memory back to the kernel before each
+//! rep (as the comparison does before its ingest), so event clones and lane structures start on
+//! fresh pages; each rep prints the minor page faults of the producer and of each lane. On this
+//! shared VM the machine's speed still drifts by tens of percent over minutes: compare builds in
+//! alternating runs.
 //!
 //! ```sh
 //! cargo run --release -p kvroute-compare --bin ingest -- --dup 1 --lanes 1 --reps 7
@@ -21,11 +24,16 @@ fn main() -> ExitCode {
     let (mut dup, mut lanes, mut reps) = (1u32, 1usize, 7usize);
     let mut queues = vec![PoolConfig::default().queue_capacity];
     let mut clone_inside = false;
+    let mut trim_first = false;
     let mut hashes = EngineHashes::Shared;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "--clone-inside" {
             clone_inside = true;
+            continue;
+        }
+        if flag == "--trim" {
+            trim_first = true;
             continue;
         }
         if flag == "--queue"
@@ -48,7 +56,7 @@ fn main() -> ExitCode {
             _ => {
                 eprintln!(
                     "usage: ingest [--dup N] [--lanes L] [--reps R] [--queue Q[,Q…]] [--clone-inside] \
-                     [--engine-hashes shared|per-worker]"
+                     [--trim] [--engine-hashes shared|per-worker]"
                 );
                 return ExitCode::FAILURE;
             }
@@ -74,6 +82,10 @@ fn main() -> ExitCode {
         // Cloned ahead (the producer only sends and the lanes are the bottleneck), or inside
         // the timed loop as the comparison does.
         let events = if clone_inside { Vec::new() } else { workload.events.clone() };
+        if trim_first {
+            kvroute_compare::memory::trim();
+        }
+        let faults_start = minor_faults("/proc/thread-self/stat");
         let producer_start = thread_cpu_seconds();
         let start = Instant::now();
         if clone_inside {
@@ -87,19 +99,26 @@ fn main() -> ExitCode {
         pool.flush().expect("lanes are alive");
         let elapsed = start.elapsed().as_secs_f64();
         let producer_cpu = thread_cpu_seconds() - producer_start;
+        let producer_faults = minor_faults("/proc/thread-self/stat") - faults_start;
+        let lane_faults: Vec<String> = lane_tasks()
+            .iter()
+            .map(|(_, path)| minor_faults(&path.join("stat").to_string_lossy()).to_string())
+            .collect();
         let stats = pool.stats();
         let per_lane = lane_cpu_seconds();
         let lane_cpu: f64 = per_lane.iter().sum();
         let split: Vec<String> = per_lane.iter().map(|cpu| format!("{:.0}", cpu * 1e3)).collect();
         lane_cpus.push(lane_cpu);
         println!(
-            "rep {rep}: {:.1} ms, {:.2} M block-ops/s, lanes on cpu {:.1} ms ({} ms; {:.1} ns/op), producer {:.1} ms, {:.1} B/entry, {} nodes, {} runs",
+            "rep {rep}: {:.1} ms, {:.2} M block-ops/s, lanes on cpu {:.1} ms ({} ms; {:.1} ns/op), producer {:.1} ms, faults producer {} lanes {}, {:.1} B/entry, {} nodes, {} runs",
             elapsed * 1e3,
             block_ops as f64 / elapsed / 1e6,
             lane_cpu * 1e3,
             split.join(" + "),
             lane_cpu * 1e9 / block_ops as f64,
             producer_cpu * 1e3,
+            producer_faults,
+            lane_faults.join(" + "),
             stats.bytes as f64 / stats.live_entries.max(1) as f64,
             stats.nodes,
             stats.runs,
@@ -137,20 +156,36 @@ fn parse_list(list: &str) -> Option<Vec<usize>> {
 /// CPU time so far of each of this process's live lane threads, in lane order (Linux
 /// `schedstat`; none elsewhere).
 fn lane_cpu_seconds() -> Vec<f64> {
+    let seconds = |path: &std::path::Path| {
+        let schedstat = std::fs::read_to_string(path.join("schedstat")).unwrap_or_default();
+        let nanos: u64 =
+            schedstat.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
+        nanos as f64 / 1e9
+    };
+    lane_tasks().iter().map(|(_, path)| seconds(path)).collect()
+}
+
+/// This process's live lane threads as (lane index, `/proc` task directory), in lane order.
+fn lane_tasks() -> Vec<(usize, std::path::PathBuf)> {
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
     let mut lanes = Vec::new();
     for task in tasks.flatten() {
         let path = task.path();
         let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
         if let Some(index) = comm.trim().strip_prefix("kvroute-lane-") {
-            let schedstat = std::fs::read_to_string(path.join("schedstat")).unwrap_or_default();
-            let nanos: u64 =
-                schedstat.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
-            lanes.push((index.parse::<usize>().unwrap_or(usize::MAX), nanos as f64 / 1e9));
+            lanes.push((index.parse::<usize>().unwrap_or(usize::MAX), path));
         }
     }
     lanes.sort_by_key(|&(index, _)| index);
-    lanes.into_iter().map(|(_, seconds)| seconds).collect()
+    lanes
+}
+
+/// Minor page faults so far of the thread whose `/proc` `stat` file is `stat` (0 if unreadable).
+fn minor_faults(stat: &str) -> u64 {
+    let stat = std::fs::read_to_string(stat).unwrap_or_default();
+    // Fields after the parenthesised command name; minflt is the 10th field overall.
+    let fields = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or_default();
+    fields.split_whitespace().nth(7).and_then(|f| f.parse().ok()).unwrap_or(0)
 }
 
 /// CPU time so far of the calling thread (Linux `schedstat`; 0 elsewhere).
