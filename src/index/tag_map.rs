@@ -5,7 +5,10 @@
 //! for every block it stores or removes: a slot is 8 bytes (tag and node), half what a map
 //! holding the 64-bit name would need, because the node already records its name. Bucketed
 //! cuckoo hashing: a tag lives in one of two buckets of [`WAYS`] slots, each bucket one cache
-//! line, both derived from the tag alone (so the table can move entries without their names).
+//! line, both derived from the tag alone (so the table can move entries without their names):
+//! the table has a power-of-two number of buckets, a tag's first bucket is some of its bits, and
+//! its second is the first with a few bits flipped (so each leads to the other), a handful of
+//! instructions, computed twice per block (prefetch, then use).
 //! A lookup reads at most two lines and compares a bucket's tags in one vector operation (no
 //! branch per slot to mispredict); a removal clears one slot (no tombstones, no shifting), so
 //! churn at a steady size never grows the table. It doubles past 7/8 load (each bucket splits
@@ -109,15 +112,18 @@ pub(crate) fn tag_of(name: u64) -> u32 {
     ((mixed >> 32) as u32) | 1
 }
 
-/// The two buckets of `tag` in a table of `n` (distinct when `n > 1`); any `n` works, as
-/// buckets are found by multiplying, not masking.
+/// The two buckets of `tag` in a table of `mask + 1` buckets, a power of two (distinct unless
+/// there is one). The first is the tag's bits above its lowest (which is always set); the
+/// second flips the first's bits by an odd amount taken from a multiply that mixes the whole
+/// tag, so entries sharing a first bucket spread over different second ones, and the second's
+/// second is the first again. In a table twice as large, each bucket is the one here, or that
+/// plus the old size: the role of a bucket survives doubling (see [`TagMap::grow`]).
 #[inline]
-fn buckets_of(tag: u32, n: usize) -> (usize, usize) {
-    let scale = |bits: u32| ((u64::from(bits) * n as u64) >> 32) as usize;
-    let first = scale(tag);
-    let alt = (tag ^ (tag >> 16)).wrapping_mul(0x7FEB_352D);
-    let second = scale(alt ^ (alt >> 15));
-    if second != first || n == 1 { (first, second) } else { (first, (first + 1) % n) }
+fn buckets_of(tag: u32, mask: usize) -> (usize, usize) {
+    let first = (tag >> 1) as usize & mask;
+    let mixed = (u64::from(tag) * 0x9FB2_1C65_1E98_DF25) >> 32;
+    let flip = (mixed as usize | 1) & mask;
+    (first, first ^ flip)
 }
 
 /// See the [module docs](self).
@@ -145,6 +151,12 @@ impl TagMap {
         self.buckets.len() * WAYS
     }
 
+    /// The bucket index bits (the table has a power-of-two number of buckets, or none).
+    #[inline]
+    fn mask(&self) -> usize {
+        self.buckets.len().wrapping_sub(1)
+    }
+
     /// The (bucket, way) of the entry tagged like `name` whose node `is_named` confirms.
     #[inline]
     fn find(&self, name: u64, is_named: impl Fn(NodeId) -> bool) -> Option<(usize, usize)> {
@@ -152,7 +164,7 @@ impl TagMap {
             return None;
         }
         let tag = tag_of(name);
-        let (first, second) = buckets_of(tag, self.buckets.len());
+        let (first, second) = buckets_of(tag, self.mask());
         for bucket in [first, second] {
             let slots = &self.buckets[bucket];
             let mut candidates = slots.matches(tag);
@@ -174,7 +186,7 @@ impl TagMap {
         if self.buckets.is_empty() {
             return;
         }
-        let (first, second) = buckets_of(tag_of(name), self.buckets.len());
+        let (first, second) = buckets_of(tag_of(name), self.mask());
         prefetch_line(&self.buckets[first]);
         prefetch_line(&self.buckets[second]);
     }
@@ -204,7 +216,7 @@ impl TagMap {
         }
         // One pass over both buckets finds the entry or, failing that, the free slots.
         let tag = tag_of(name);
-        let (first, second) = buckets_of(tag, self.buckets.len());
+        let (first, second) = buckets_of(tag, self.mask());
         let mut free = [0; 2];
         for (side, bucket) in [first, second].into_iter().enumerate() {
             let slots = &self.buckets[bucket];
@@ -266,8 +278,8 @@ impl TagMap {
     /// Puts an entry in a free slot of one of its buckets, displacing entries to their other
     /// bucket if both are full; hands back the entry left over if that walk does not end soon.
     fn place(&mut self, (mut tag, mut node): (u32, NodeId)) -> Result<(), (u32, NodeId)> {
-        let n = self.buckets.len();
-        let (first, second) = buckets_of(tag, n);
+        let mask = self.mask();
+        let (first, second) = buckets_of(tag, mask);
         if self.buckets[first].put(tag, node) || self.buckets[second].put(tag, node) {
             return Ok(());
         }
@@ -278,7 +290,7 @@ impl TagMap {
             let slots = &mut self.buckets[bucket];
             tag = mem::replace(&mut slots.tags[way], tag);
             node = mem::replace(&mut slots.nodes[way], node);
-            let (a, b) = buckets_of(tag, n);
+            let (a, b) = buckets_of(tag, mask);
             bucket = if a == bucket { b } else { a };
             if self.buckets[bucket].put(tag, node) {
                 return Ok(());
@@ -299,7 +311,8 @@ impl TagMap {
         slots.tags[way] = FREE;
         let node = slots.nodes[way];
         self.len -= 1;
-        if self.len * 8 < self.slots() && self.buckets.len() > 1 {
+        // Below 1/8 load (len < slots / 8).
+        if self.len < self.buckets.len() && self.buckets.len() > 1 {
             self.resize(self.len * 2);
         }
         Some(node)
@@ -317,18 +330,18 @@ impl TagMap {
         slots.filter(|(tag, _)| **tag != FREE).map(|(_, node)| node)
     }
 
-    /// Doubles the table (from none to one bucket). Buckets are found by scaling, so an entry
-    /// in old bucket `b` belongs in new bucket `2b` or `2b + 1` in the same role (first or
-    /// second): each old bucket splits into a pair of new ones that only it fills, in order,
-    /// with no displacement. Only entries whose two buckets coincide in one of the tables
-    /// (the adjacent-bucket fallback of [`buckets_of`]) are placed afterwards.
+    /// Doubles the table (from none to one bucket). An entry in old bucket `b` belongs in new
+    /// bucket `b` or `b + n` in the same role (first or second, see [`buckets_of`]): each old
+    /// bucket splits into a pair of new ones that only it fills, with no displacement. Only
+    /// the entries of a one-bucket table, where both roles are the same bucket, can find
+    /// their new bucket full; they are placed afterwards.
     fn grow(&mut self) {
         let n = self.buckets.len();
         if n == 0 {
             self.buckets = vec![Bucket::EMPTY; 1].into();
             return;
         }
-        assert!(n <= u32::MAX as usize / 2, "a worker map past 2^32 buckets");
+        assert!(n < 1 << 31, "a worker map past 2^31 buckets");
         let old = mem::replace(&mut self.buckets, vec![Bucket::EMPTY; 2 * n].into());
         let mut misplaced = Vec::new();
         for (at, slots) in old.iter().enumerate() {
@@ -336,9 +349,9 @@ impl TagMap {
                 if tag == FREE {
                     continue;
                 }
-                let (first, second) = buckets_of(tag, 2 * n);
-                let to = if buckets_of(tag, n).0 == at { first } else { second };
-                if to / 2 != at || !self.buckets[to].put(tag, node) {
+                let (first, second) = buckets_of(tag, 2 * n - 1);
+                let to = if buckets_of(tag, n - 1).0 == at { first } else { second };
+                if to & (n - 1) != at || !self.buckets[to].put(tag, node) {
                     misplaced.push((tag, node));
                 }
             }
@@ -362,10 +375,10 @@ impl TagMap {
         }
     }
 
-    /// Reallocates with room for at least `room` entries (one bucket at least).
+    /// Reallocates with room for at least `room` entries (a power of two of buckets).
     fn resize(&mut self, room: usize) {
-        let buckets = room.div_ceil(WAYS).max(1);
-        assert!(buckets <= u32::MAX as usize, "a worker map past 2^32 buckets");
+        let buckets = room.div_ceil(WAYS).next_power_of_two();
+        assert!(buckets <= 1 << 31, "a worker map past 2^31 buckets");
         let old = mem::replace(&mut self.buckets, vec![Bucket::EMPTY; buckets].into());
         self.len = 0;
         for slots in old.iter() {
@@ -373,9 +386,9 @@ impl TagMap {
                 if tag == FREE {
                     continue;
                 }
-                // The first bucket first: first buckets scale with the old order, so most
-                // writes go to the new table in order.
-                let placed = self.buckets[buckets_of(tag, buckets).0].put(tag, node)
+                // The first bucket first: a smaller table's first bucket is the old one's
+                // with its high bits dropped, so the writes sweep the new table in order.
+                let placed = self.buckets[buckets_of(tag, buckets - 1).0].put(tag, node)
                     || self.place_or_spill((tag, node));
                 self.len += usize::from(placed);
             }
