@@ -61,6 +61,7 @@ pub mod sequences;
 #[cfg(feature = "sim")]
 pub mod sim;
 
+mod handback;
 mod prefetch;
 mod sync;
 mod u64_map;
@@ -74,6 +75,10 @@ pub use sequences::{
     ActiveSequences, MultiWorkerSequences, PotentialLoad, RequestId, SequenceEvent,
     SequencePublisher, WorkerLoad,
 };
+
+#[cfg(loom)]
+#[doc(hidden)]
+pub use handback::Handback;
 
 /// The README's examples run as doc tests.
 #[cfg(doctest)]

@@ -24,6 +24,12 @@ pub trait Lane: Send + 'static {
     /// Called when the lane's queue is momentarily empty (before it waits for more) and before
     /// every task: a place for deferred work such as publishing counters.
     fn idle(&mut self) {}
+
+    /// Asked after each message: whether producers waiting for room in this lane's queue should
+    /// wake to run their hook (see [`StickyPool::send_with`]) rather than wait for the room.
+    fn wants_producer(&mut self) -> bool {
+        false
+    }
 }
 
 type Task<L> = Box<dyn FnOnce(&mut L) + Send>;
@@ -60,7 +66,8 @@ pub enum TrySend<M> {
 /// A producer that finds the queue full waits until the lane takes its next batch (the whole
 /// queue, see [`serve`]), or at least half the queue, not just until one slot frees: a producer
 /// that outruns its lane then wakes once per batch rather than once per message, and every
-/// wakeup costs the lane a system call and the cores a context switch.
+/// wakeup costs the lane a system call and the cores a context switch. The lane may also wake
+/// it early to run its hook ([`Lane::wants_producer`]).
 #[derive(Debug, Default)]
 struct Room {
     /// Producers waiting at `gate`.
@@ -70,15 +77,31 @@ struct Room {
     low: usize,
     /// The lane panicked: it only drops what it is sent now.
     down: AtomicBool,
+    /// The lane asked a waiting producer to run its hook (taken by the producer that does).
+    nudged: AtomicBool,
 }
 
 impl Room {
-    /// Producer side: waits until the queue is at or below `low`, or the lane is gone.
+    /// Producer side: waits until the queue is at or below `low`, the lane is gone, or the lane
+    /// asks for a producer.
     fn wait<M>(&self, sender: &Sender<M>) {
         self.waiting.fetch_add(1, Ordering::SeqCst);
-        self.gate
-            .wait_until(|| sender.len() <= self.low || sender.is_disconnected() || self.is_down());
+        self.gate.wait_until(|| {
+            sender.len() <= self.low
+                || sender.is_disconnected()
+                || self.is_down()
+                || self.nudged.swap(false, Ordering::Relaxed)
+        });
         self.waiting.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Lane side: wakes a waiting producer, if there is one, to run its hook. A producer that
+    /// starts waiting just after this looks is not woken: it runs its hook after the room.
+    fn nudge(&self) {
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.nudged.store(true, Ordering::Relaxed);
+            self.gate.open();
+        }
     }
 
     fn is_down(&self) -> bool {
@@ -135,6 +158,18 @@ impl<L: Lane> StickyPool<L> {
     /// lane takes its next batch (or has worked the queue down to half), so a producer that
     /// outruns the lane wakes once per batch rather than once per message.
     pub fn send(&self, lane: usize, message: L::Message) -> Result<(), LaneDown> {
+        self.send_with(lane, message, || ())
+    }
+
+    /// [`Self::send`], running `while_waiting` each time the queue is found full, before the
+    /// producer waits: again whenever the lane asks for a producer ([`Lane::wants_producer`]),
+    /// and then once more if there is still no room.
+    pub fn send_with(
+        &self,
+        lane: usize,
+        message: L::Message,
+        mut while_waiting: impl FnMut(),
+    ) -> Result<(), LaneDown> {
         let index = lane % self.senders.len();
         let (sender, room) = (&self.senders[index], &self.rooms[index]);
         let mut envelope = Envelope::Message(message);
@@ -147,6 +182,7 @@ impl<L: Lane> StickyPool<L> {
                 Err(TrySendError::Disconnected(_)) => return Err(LaneDown),
                 Err(TrySendError::Full(back)) => envelope = back,
             }
+            while_waiting();
             room.wait(sender);
         }
     }
@@ -265,7 +301,12 @@ fn run<L: Lane>(lane: L, queue: LaneQueue<Envelope<L>>) {
 /// queue's capacity can be pending on a lane: queued, and in hand.
 fn serve<L: Lane>(lane: &mut L, receiver: &Receiver<Envelope<L>>, room: &Room) {
     let handle = |lane: &mut L, envelope| match envelope {
-        Envelope::Message(message) => lane.handle(message),
+        Envelope::Message(message) => {
+            lane.handle(message);
+            if lane.wants_producer() {
+                room.nudge();
+            }
+        }
         Envelope::Task(task) => {
             lane.idle();
             task(lane)
@@ -402,6 +443,69 @@ mod tests {
         assert_eq!(later, Err(LaneDown));
         assert_eq!(send, Err(LaneDown));
         assert!(try_send);
+    }
+
+    /// Blocks on `Wait` until the test lets it go, and asks for a producer after every message.
+    struct Calling;
+
+    impl Lane for Calling {
+        type Message = Option<Arc<Mutex<()>>>;
+        fn handle(&mut self, wait: Option<Arc<Mutex<()>>>) {
+            if let Some(gate) = wait {
+                drop(gate.lock());
+            }
+        }
+        fn wants_producer(&mut self) -> bool {
+            true
+        }
+    }
+
+    /// A producer waiting for room in a full queue runs its hook again when the lane asks,
+    /// while the queue is still full (so nothing but the lane's call can have woken it).
+    #[test]
+    fn a_producer_waiting_for_room_runs_its_hook_when_the_lane_asks() {
+        let gates: Vec<Arc<Mutex<()>>> = (0..3).map(|_| Arc::new(Mutex::new(()))).collect();
+        let mut held: Vec<_> = gates.iter().map(|gate| Some(gate.lock())).collect();
+        let pool = Arc::new(StickyPool::new(1, 2, |_| Calling));
+        let queued = |pool: &StickyPool<Calling>| pool.senders[0].len();
+        // The lane takes the first message and waits in it; two more fill the queue.
+        pool.send(0, Some(gates[0].clone())).unwrap();
+        while queued(&pool) > 0 {
+            std::thread::yield_now();
+        }
+        pool.send(0, Some(gates[1].clone())).unwrap();
+        pool.send(0, Some(gates[2].clone())).unwrap();
+        // Let the first go: the lane takes the other two in hand and waits in the second.
+        held[0].take();
+        while queued(&pool) > 0 {
+            std::thread::yield_now();
+        }
+        let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let producer = {
+            let (pool, runs) = (pool.clone(), runs.clone());
+            std::thread::spawn(move || {
+                let hook = || {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                };
+                for _ in 0..3 {
+                    pool.send_with(0, None, hook).unwrap();
+                }
+            })
+        };
+        // Two messages refill the queue; the third runs the hook and waits.
+        while pool.rooms[0].waiting.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        // The lane finishes the second message and asks: the hook runs again, queue still full.
+        held[1].take();
+        while runs.load(Ordering::SeqCst) < 2 {
+            std::thread::yield_now();
+        }
+        assert_eq!(queued(&pool), 2);
+        held[2].take();
+        producer.join().unwrap();
+        pool.flush().unwrap();
     }
 
     #[test]

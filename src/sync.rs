@@ -96,6 +96,10 @@ mod imp {
         pub fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
             self.0.lock().expect("loom mutex poisoned")
         }
+        /// Exclusive access if no one else has it.
+        pub fn try_lock(&self) -> Option<loom::sync::MutexGuard<'_, T>> {
+            self.0.try_lock().ok()
+        }
     }
 
     /// An immutable shared string (request ids), as a loom-tracked `Arc`.

@@ -1,13 +1,14 @@
 //! Loom models of kvroute's own synchronization (run with `--cfg loom`, see the README):
 //! the run table's slot protocol, publication of a new run vs a reader, a split (a second worker joining part of a run) vs a
 //! reader, two lanes changing who holds one prefix while a query merges both, worker removal
-//! racing a reader, the pool's flush barrier, producers waiting for room in a full queue, and one deliberately wrong protocol that loom
-//! must catch.
+//! racing a reader, the pool's flush barrier, producers waiting for room in a full queue (and
+//! woken early by a lane that asks for them), a lane handing values back for producers to drop,
+//! and one deliberately wrong protocol that loom must catch.
 #![cfg(loom)]
 
-use kvroute::Worker;
 use kvroute::index::loom_internals::{LoomLane, LoomTable};
 use kvroute::pool::{Lane, StickyPool};
+use kvroute::{Handback, Worker};
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::thread;
@@ -171,6 +172,66 @@ fn producers_waiting_for_room_are_woken() {
         other.join().unwrap();
         pool.flush().unwrap();
         assert_ne!(cell.load(Ordering::Relaxed), 0);
+    });
+}
+
+/// A lane that asks for a producer after every message.
+struct Asking(Arc<AtomicU64>);
+
+impl Lane for Asking {
+    type Message = u64;
+    fn handle(&mut self, value: u64) {
+        self.0.store(value, Ordering::Relaxed);
+    }
+    fn wants_producer(&mut self) -> bool {
+        true
+    }
+}
+
+/// A producer waiting for room may also be woken by the lane asking for it (its hook runs, and
+/// it waits again if there is still no room): loom reports a deadlock if either wakeup can be
+/// lost or a stale request leaves the producer waiting for nothing.
+#[test]
+fn producers_woken_by_the_lane_still_get_room() {
+    loom::model(|| {
+        let cell = Arc::new(AtomicU64::new(0));
+        let pool = Arc::new(StickyPool::new(1, 1, |_| Asking(cell.clone())));
+        let hooks = Arc::new(AtomicU64::new(0));
+        let hook = || {
+            hooks.fetch_add(1, Ordering::Relaxed);
+        };
+        for value in 1..=3 {
+            pool.send_with(0, value, hook).unwrap();
+        }
+        pool.flush().unwrap();
+        assert_eq!(cell.load(Ordering::Relaxed), 3);
+    });
+}
+
+/// Values a lane hands back are dropped exactly once, whether a producer takes them while the
+/// lane hands more over or they are still there when the handback goes; a second producer finds
+/// the first one busy and goes on.
+#[test]
+fn handed_back_values_are_dropped_once() {
+    loom::model(|| {
+        let value = Arc::new(());
+        let handback = Arc::new(Handback::new(2));
+        let lane = {
+            let (handback, value) = (handback.clone(), value.clone());
+            thread::spawn(move || {
+                handback.hand_over(&mut vec![value.clone()]);
+                handback.hand_over(&mut vec![value.clone(), value.clone()]);
+            })
+        };
+        let other = {
+            let handback = handback.clone();
+            thread::spawn(move || handback.drop_handed_over())
+        };
+        handback.drop_handed_over();
+        lane.join().unwrap();
+        other.join().unwrap();
+        drop(handback);
+        assert_eq!(Arc::strong_count(&value), 1);
     });
 }
 

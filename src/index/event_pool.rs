@@ -6,9 +6,11 @@ use std::fmt;
 use crossbeam_utils::CachePadded;
 
 use crate::event::{ApplyErrorKind, LocalBlockHash, RouterEvent, Worker, WorkerId};
+use crate::handback::Handback;
 use crate::index::lane::{IndexLane, LaneCounters, WorkerBudget};
 use crate::index::run::walk;
 use crate::index::run_table::RunTable;
+use crate::index::spent::{HANDED_MAX, SpentList};
 use crate::index::{IndexSnapshot, OverlapScores};
 use crate::pool::{LaneDown, StickyPool, TrySend};
 use crate::sync::{Arc, AtomicUsize, Mutex, Ordering, RwLock, epoch};
@@ -92,6 +94,11 @@ impl PoolStats {
 /// workers' blocks, so lanes never write the same memory. [`EventPool::find_matches`] never
 /// waits for a lane: it walks each lane's tree without locks and merges the answers.
 ///
+/// An applied event's block list is freed by a thread that applies events (the next `apply`,
+/// `apply_blocking` or `flush`, or a producer waiting for room), not on the lane: the producer
+/// allocated it, and with glibc's allocator a free on another thread waits for the producer's
+/// arena lock. Up to a few thousand lists per lane wait for that; the pool's drop frees the rest.
+///
 /// ```
 /// use kvroute::index::{EventPool, PoolConfig};
 /// use kvroute::{LocalBlockHash, RouterEvent, StoredBlock, Worker};
@@ -109,6 +116,8 @@ pub struct EventPool {
     tables: Vec<Arc<RunTable>>,
     lanes: StickyPool<IndexLane>,
     counters: Vec<Arc<CachePadded<LaneCounters>>>,
+    /// Block lists of the events each lane has applied, for the producers to free.
+    spent: Vec<Arc<Handback<SpentList>>>,
     routes: RwLock<HashMap<Worker, usize, ahash::RandomState>>,
     /// Workers routed to each lane, to place new workers on the least busy one.
     lane_load: Mutex<Vec<usize>>,
@@ -124,13 +133,16 @@ impl EventPool {
         let tables: Vec<_> = (0..lanes).map(|_| Arc::new(RunTable::default())).collect();
         let counters: Vec<_> =
             (0..lanes).map(|_| Arc::new(CachePadded::new(LaneCounters::default()))).collect();
+        let spent: Vec<_> = (0..lanes).map(|_| Arc::new(Handback::new(HANDED_MAX))).collect();
         let pool = StickyPool::new(lanes, config.queue_capacity, |lane| {
-            IndexLane::new(tables[lane].clone(), budget.clone(), counters[lane].clone())
+            let (table, counters) = (tables[lane].clone(), counters[lane].clone());
+            IndexLane::new(table, budget.clone(), counters, spent[lane].clone())
         });
         Self {
             tables,
             lanes: pool,
             counters,
+            spent,
             routes: RwLock::new(HashMap::default()),
             lane_load: Mutex::new(vec![0; lanes]),
             budget,
@@ -154,6 +166,7 @@ impl EventPool {
     /// [`SubmitError::QueueFull`]. Whether the event itself is valid is found out on the lane;
     /// rejected events are counted in [`PoolStats::errors`].
     pub fn apply(&self, event: RouterEvent) -> Result<(), SubmitError> {
+        self.free_spent();
         match self.lanes.try_send(self.lane_of(event.worker()), event) {
             Ok(()) => Ok(()),
             Err(TrySend::Full(event)) => Err(SubmitError::QueueFull(event)),
@@ -166,12 +179,20 @@ impl EventPool {
     /// per batch rather than once per event (each wakeup would cost the lane a system call and
     /// the cores a context switch).
     pub fn apply_blocking(&self, event: RouterEvent) -> Result<(), LaneDown> {
-        self.lanes.send(self.lane_of(event.worker()), event)
+        self.free_spent();
+        self.lanes.send_with(self.lane_of(event.worker()), event, || self.free_spent())
     }
 
     /// Returns once every event enqueued before the call is visible to queries.
     pub fn flush(&self) -> Result<(), LaneDown> {
-        self.lanes.flush()
+        let flushed = self.lanes.flush();
+        self.free_spent();
+        flushed
+    }
+
+    /// Frees the block lists of applied events the lanes handed back (see `index/spent.rs`).
+    fn free_spent(&self) {
+        self.spent.iter().for_each(|spent| spent.drop_handed_over());
     }
 
     /// Per worker, the number of leading blocks of `query` it holds.

@@ -12,9 +12,11 @@ use crossbeam_utils::CachePadded;
 
 use crate::event::{ApplyError, ApplyErrorKind, KvEventData, RouterEvent, SequenceHash};
 use crate::event::{StoredBlock, Worker, WorkerId};
+use crate::handback::Handback;
 use crate::index::held_blocks::HeldBlocks;
 use crate::index::lane_trie::{LaneTrie, NodeId, shed};
 use crate::index::run_table::RunTable;
+use crate::index::spent::{SPENT_BATCH, SpentList};
 use crate::index::worker_dump::dump_worker;
 use crate::pool::Lane;
 use crate::sync::epoch::{self, Guard};
@@ -56,6 +58,11 @@ pub(crate) struct IndexLane {
     workers: HashMap<Worker, HeldBlocks, ahash::RandomState>,
     budget: Arc<WorkerBudget>,
     counters: Arc<CachePadded<LaneCounters>>,
+    /// Block lists of applied events not yet handed back (see [`SpentList`]), where they go,
+    /// and events applied since the last hand-over.
+    spent: Vec<SpentList>,
+    spent_out: Arc<Handback<SpentList>>,
+    applied: usize,
     /// Reused buffers of one event: existing nodes a `Stored` newly holds, node ids reserved for
     /// its new blocks, the engine hashes it gives existing nodes that are new to the worker,
     /// content hashes of new blocks, the last existing node of the chain, and the nodes a
@@ -79,9 +86,23 @@ impl Lane for IndexLane {
         self.trim();
         LaneCounters::bump(&self.counters.events, 1);
         LaneCounters::bump(&self.counters.block_ops, ops);
+        self.spent.extend(SpentList::of(event));
+        self.applied += 1;
+    }
+
+    /// Every [`SPENT_BATCH`] events: hands their lists over and calls a producer to free them.
+    fn wants_producer(&mut self) -> bool {
+        if self.applied < SPENT_BATCH {
+            return false;
+        }
+        self.applied = 0;
+        self.spent_out.hand_over(&mut self.spent);
+        true
     }
 
     fn idle(&mut self) {
+        self.applied = 0;
+        self.spent_out.hand_over(&mut self.spent);
         self.publish_sizes();
         // Let the epoch see this lane's last batch now, rather than at its next event.
         epoch::pin().flush();
@@ -94,12 +115,16 @@ impl IndexLane {
         table: Arc<RunTable>,
         budget: Arc<WorkerBudget>,
         counters: Arc<CachePadded<LaneCounters>>,
+        spent_out: Arc<Handback<SpentList>>,
     ) -> Self {
         Self {
             trie: LaneTrie::new(table),
             workers: HashMap::default(),
             budget,
             counters,
+            spent: Vec::new(),
+            spent_out,
+            applied: 0,
             path: Vec::new(),
             reserved: Vec::new(),
             fresh: Vec::new(),

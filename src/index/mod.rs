@@ -16,6 +16,7 @@ mod reference;
 mod run;
 mod run_table;
 mod scores;
+mod spent;
 mod tag_map;
 mod worker_dump;
 
