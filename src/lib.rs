@@ -46,12 +46,12 @@
 //! ## Performance
 //!
 //! Measured side by side with NVIDIA Dynamo's `dynamo-kv-router` 1.6.1 on the Mooncake
-//! conversation trace (`BENCHMARKS.md` has the tables and commands): `find_matches` takes 0.3–0.5×
-//! the time of Dynamo's concurrent tree at the median and at p99, memory per live entry is about
-//! 56 bytes whatever the history (Dynamo's grows from 289 to 815 over four replays), and ingest
-//! throughput is 0.9–1.2× Dynamo's. The active-sequence tracker answers all-worker load queries in
-//! about a quarter to a third of Dynamo's time, also under concurrent churn, with 7–8× its
-//! add/free throughput.
+//! conversation trace (`BENCHMARKS.md` has the tables and commands): `find_matches` takes 0.2–0.45×
+//! the time of Dynamo's concurrent tree at the median and at p99, also while ingesting; memory per
+//! live entry is 58–59 bytes whatever the history (Dynamo's grows from 290 to 840 over four
+//! replays); and ingest throughput is 2.7–3.1× Dynamo's. The active-sequence tracker answers
+//! all-worker load queries in about a quarter to a third of Dynamo's time, also under concurrent
+//! churn, with 7–8× its add/free throughput.
 
 pub mod event;
 pub mod hash;
