@@ -121,7 +121,7 @@ pub(crate) fn tag_of(name: u64) -> u32 {
 #[inline]
 fn buckets_of(tag: u32, mask: usize) -> (usize, usize) {
     let first = (tag >> 1) as usize & mask;
-    let mixed = (u64::from(tag) * 0x9FB2_1C65_1E98_DF25) >> 32;
+    let mixed = u64::from(tag).wrapping_mul(0x9FB2_1C65_1E98_DF25) >> 32;
     let flip = (mixed as usize | 1) & mask;
     (first, first ^ flip)
 }
