@@ -96,7 +96,7 @@ impl Room {
     }
 
     /// Lane side: wakes a waiting producer, if there is one, to run its hook. A producer that
-    /// starts waiting just after this looks is not woken: it runs its hook after the room.
+    /// starts waiting just after the check is not woken; it runs its hook on its next send.
     fn nudge(&self) {
         if self.waiting.load(Ordering::SeqCst) > 0 {
             self.nudged.store(true, Ordering::Relaxed);
@@ -161,9 +161,9 @@ impl<L: Lane> StickyPool<L> {
         self.send_with(lane, message, || ())
     }
 
-    /// [`Self::send`], running `while_waiting` each time the queue is found full, before the
-    /// producer waits: again whenever the lane asks for a producer ([`Lane::wants_producer`]),
-    /// and then once more if there is still no room.
+    /// [`Self::send`], but each time it finds the queue full it runs `while_waiting` before it
+    /// waits; while waiting, it also wakes to run it again when the lane asks for a producer
+    /// ([`Lane::wants_producer`]).
     pub fn send_with(
         &self,
         lane: usize,

@@ -12,7 +12,7 @@
 //! A lookup reads at most two lines and compares a bucket's tags in one vector operation (no
 //! branch per slot to mispredict); a removal clears one slot (no tombstones, no shifting), so
 //! churn at a steady size never grows the table. It doubles past 7/8 load (each bucket splits
-//! into two new ones, in order, with no displacement: while a worker's cache fills this costs
+//! into two new ones with no displacement: while a worker's cache fills this costs
 //! about a third of the time growing by half did, for at most 18 rather than 14 bytes per
 //! entry) and shrinks below 1/8. Lookups are independent of each other, so the processor
 //! overlaps their cache misses; the owner also prefetches a few names ahead
@@ -331,10 +331,10 @@ impl TagMap {
     }
 
     /// Doubles the table (from none to one bucket). An entry in old bucket `b` belongs in new
-    /// bucket `b` or `b + n` in the same role (first or second, see [`buckets_of`]): each old
-    /// bucket splits into a pair of new ones that only it fills, with no displacement. Only
-    /// the entries of a one-bucket table, where both roles are the same bucket, can find
-    /// their new bucket full; they are placed afterwards.
+    /// bucket `b` or `b + n` in the same role (first or second, see [`buckets_of`]), and only
+    /// old bucket `b` fills those two: each old bucket splits in two with no displacement, and
+    /// its at most eight entries always fit. (The check below, and placing what fails it the
+    /// usual way, only guard that reasoning.)
     fn grow(&mut self) {
         let n = self.buckets.len();
         if n == 0 {
