@@ -352,7 +352,7 @@ impl Inner {
         shard.load(shard.slot_of(worker)?)
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn assert_consistent(&self) {
         for shard in self.shards.iter() {
             shard.read().assert_consistent();

@@ -39,7 +39,7 @@ impl Owners {
     }
 
     /// How many requests of `slot` cover the node.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn count(&self, slot: Slot) -> u32 {
         self.iter().find(|&(s, _)| s == slot).map_or(0, |(_, count)| count)
     }

@@ -108,7 +108,7 @@ impl Shard {
     }
 
     /// How many workers are tracked.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn worker_count(&self) -> usize {
         self.slot_of.len()
     }
@@ -245,7 +245,7 @@ impl Shard {
     }
 
     /// Checks every counter against a recount from the requests and the trie (for tests).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn assert_consistent(&self) {
         self.trie.assert_consistent();
         for (slot, state) in self.slots.iter().enumerate() {

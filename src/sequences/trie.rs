@@ -288,13 +288,13 @@ impl BlockTrie {
     }
 
     /// Live nodes, root excluded.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn node_count(&self) -> usize {
         self.nodes.len() - self.free.len() - 1
     }
 
     /// Every block `slot` pins, in path order (for tests and consistency checks).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn pinned_blocks(&self, slot: Slot) -> Vec<SequenceHash> {
         let mut out = Vec::new();
         let mut stack = vec![ROOT];
@@ -311,7 +311,7 @@ impl BlockTrie {
     /// Checks the structural invariants (for tests): parents and children agree, starts add up,
     /// every node has an owner, a child's owners are covered by its parent's, and no node could
     /// be merged into its only child.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn assert_consistent(&self) {
         let mut seen = 0;
         let mut stack = vec![ROOT];
