@@ -95,14 +95,12 @@ impl Lane for IndexLane {
         if self.applied < SPENT_BATCH {
             return false;
         }
-        self.applied = 0;
-        self.spent_out.hand_over(&mut self.spent);
+        self.hand_over_spent();
         true
     }
 
     fn idle(&mut self) {
-        self.applied = 0;
-        self.spent_out.hand_over(&mut self.spent);
+        self.hand_over_spent();
         self.publish_sizes();
         // Let the epoch see this lane's last batch now, rather than at its next event.
         epoch::pin().flush();
@@ -132,6 +130,12 @@ impl IndexLane {
             last_existing: None,
             nodes: Vec::new(),
         }
+    }
+
+    /// Hands the applied events' block lists over for a producer to free.
+    fn hand_over_spent(&mut self) {
+        self.applied = 0;
+        self.spent_out.hand_over(&mut self.spent);
     }
 
     pub(crate) fn apply(&mut self, event: &RouterEvent) -> Result<(), ApplyError> {

@@ -14,6 +14,7 @@
 //! cargo run --release -p kvroute-compare --bin ingest -- --dup 1 --lanes 1 --reps 7
 //! ```
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -85,8 +86,8 @@ fn main() -> ExitCode {
         if trim_first {
             kvroute_compare::memory::trim();
         }
-        let faults_start = minor_faults("/proc/thread-self/stat");
-        let producer_start = thread_cpu_seconds();
+        let faults_start = minor_faults(this_thread());
+        let producer_start = cpu_seconds(this_thread());
         let start = Instant::now();
         if clone_inside {
             for event in &workload.events {
@@ -98,12 +99,10 @@ fn main() -> ExitCode {
         }
         pool.flush().expect("lanes are alive");
         let elapsed = start.elapsed().as_secs_f64();
-        let producer_cpu = thread_cpu_seconds() - producer_start;
-        let producer_faults = minor_faults("/proc/thread-self/stat") - faults_start;
-        let lane_faults: Vec<String> = lane_tasks()
-            .iter()
-            .map(|(_, path)| minor_faults(&path.join("stat").to_string_lossy()).to_string())
-            .collect();
+        let producer_cpu = cpu_seconds(this_thread()) - producer_start;
+        let producer_faults = minor_faults(this_thread()) - faults_start;
+        let lane_faults: Vec<String> =
+            lane_tasks().iter().map(|(_, task)| minor_faults(task).to_string()).collect();
         let stats = pool.stats();
         let per_lane = lane_cpu_seconds();
         let lane_cpu: f64 = per_lane.iter().sum();
@@ -156,17 +155,11 @@ fn parse_list(list: &str) -> Option<Vec<usize>> {
 /// CPU time so far of each of this process's live lane threads, in lane order (Linux
 /// `schedstat`; none elsewhere).
 fn lane_cpu_seconds() -> Vec<f64> {
-    let seconds = |path: &std::path::Path| {
-        let schedstat = std::fs::read_to_string(path.join("schedstat")).unwrap_or_default();
-        let nanos: u64 =
-            schedstat.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
-        nanos as f64 / 1e9
-    };
-    lane_tasks().iter().map(|(_, path)| seconds(path)).collect()
+    lane_tasks().iter().map(|(_, task)| cpu_seconds(task)).collect()
 }
 
 /// This process's live lane threads as (lane index, `/proc` task directory), in lane order.
-fn lane_tasks() -> Vec<(usize, std::path::PathBuf)> {
+fn lane_tasks() -> Vec<(usize, PathBuf)> {
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
     let mut lanes = Vec::new();
     for task in tasks.flatten() {
@@ -180,17 +173,24 @@ fn lane_tasks() -> Vec<(usize, std::path::PathBuf)> {
     lanes
 }
 
-/// Minor page faults so far of the thread whose `/proc` `stat` file is `stat` (0 if unreadable).
-fn minor_faults(stat: &str) -> u64 {
-    let stat = std::fs::read_to_string(stat).unwrap_or_default();
+/// The calling thread's `/proc` task directory.
+fn this_thread() -> &'static Path {
+    Path::new("/proc/thread-self")
+}
+
+/// CPU time so far of the thread whose `/proc` task directory is `task` (Linux `schedstat`; 0
+/// if unreadable).
+fn cpu_seconds(task: &Path) -> f64 {
+    let schedstat = std::fs::read_to_string(task.join("schedstat")).unwrap_or_default();
+    let nanos: u64 = schedstat.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
+    nanos as f64 / 1e9
+}
+
+/// Minor page faults so far of the thread whose `/proc` task directory is `task` (0 if
+/// unreadable).
+fn minor_faults(task: &Path) -> u64 {
+    let stat = std::fs::read_to_string(task.join("stat")).unwrap_or_default();
     // Fields after the parenthesised command name; minflt is the 10th field overall.
     let fields = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or_default();
     fields.split_whitespace().nth(7).and_then(|f| f.parse().ok()).unwrap_or(0)
-}
-
-/// CPU time so far of the calling thread (Linux `schedstat`; 0 elsewhere).
-fn thread_cpu_seconds() -> f64 {
-    let schedstat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
-    let nanos: u64 = schedstat.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
-    nanos as f64 / 1e9
 }
