@@ -125,8 +125,9 @@ impl BlockHasher {
     /// `scratch` is reused between calls to avoid an allocation per block.
     pub(crate) fn hash_block(&self, block: &[u32], scratch: &mut Vec<u8>) -> LocalBlockHash {
         scratch.clear();
-        for token in block {
-            scratch.extend_from_slice(&token.to_le_bytes());
+        scratch.resize(block.len() * 4, 0);
+        for (bytes, token) in scratch.chunks_exact_mut(4).zip(block) {
+            bytes.copy_from_slice(&token.to_le_bytes());
         }
         LocalBlockHash(xxh3_64_with_seed(scratch, self.seed))
     }
@@ -134,6 +135,27 @@ impl BlockHasher {
     /// Local and sequence hashes of a request, in one pass over its tokens.
     pub fn hash_request(&self, tokens: &[u32]) -> RequestHashes {
         self.hash_request_mm(tokens, &[])
+    }
+
+    /// [`Self::hash_request_mm`] into reused buffers (cleared first), with `scratch` for the
+    /// token bytes: the router's allocation-free path (multimodal blocks still allocate).
+    pub fn hash_request_into(
+        &self,
+        tokens: &[u32],
+        block_mm: &[Vec<u64>],
+        out: &mut RequestHashes,
+        scratch: &mut Vec<u8>,
+    ) {
+        out.local.clear();
+        if block_mm.iter().all(Vec::is_empty) {
+            let size = self.block_size.get() as usize;
+            out.local
+                .extend(tokens.chunks_exact(size).map(|block| self.hash_block(block, scratch)));
+        } else {
+            out.local = self.local_hashes_mm(tokens, block_mm);
+        }
+        out.sequence.clear();
+        extend_sequence_hashes(&out.local, &mut out.sequence);
     }
 
     /// [`Self::hash_request`] with multimodal objects, as in [`Self::local_hashes_mm`].
@@ -160,15 +182,19 @@ pub fn next_sequence_hash(parent: Option<SequenceHash>, local: LocalBlockHash) -
 
 /// The sequence hash of every block of a chain of content hashes starting at the root.
 pub fn sequence_hashes(local: &[LocalBlockHash]) -> Vec<SequenceHash> {
+    let mut out = Vec::with_capacity(local.len());
+    extend_sequence_hashes(local, &mut out);
+    out
+}
+
+/// Appends the sequence hashes of `local` (a chain from the root) to `out`.
+pub fn extend_sequence_hashes(local: &[LocalBlockHash], out: &mut Vec<SequenceHash>) {
     let mut parent = None;
-    local
-        .iter()
-        .map(|&hash| {
-            let seq = next_sequence_hash(parent, hash);
-            parent = Some(seq);
-            seq
-        })
-        .collect()
+    out.extend(local.iter().map(|&hash| {
+        let seq = next_sequence_hash(parent, hash);
+        parent = Some(seq);
+        seq
+    }));
 }
 
 #[cfg(test)]

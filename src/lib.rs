@@ -57,6 +57,8 @@ pub mod event;
 pub mod hash;
 pub mod index;
 pub mod pool;
+pub mod router;
+mod scores;
 pub mod sequences;
 #[cfg(feature = "sim")]
 pub mod sim;
@@ -70,7 +72,7 @@ pub use event::{
     ApplyError, ApplyErrorKind, DpRank, KvEvent, KvEventData, LocalBlockHash, RouterEvent,
     SequenceHash, StorageTier, StoredBlock, Worker, WorkerId,
 };
-pub use index::OverlapScores;
+pub use scores::{OverlapScores, TieredScores};
 pub use sequences::{
     ActiveSequences, MultiWorkerSequences, PotentialLoad, RequestId, SequenceEvent,
     SequencePublisher, WorkerLoad,

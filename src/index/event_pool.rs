@@ -197,14 +197,21 @@ impl EventPool {
 
     /// Per worker, the number of leading blocks of `query` it holds.
     pub fn find_matches(&self, query: &[LocalBlockHash]) -> OverlapScores {
-        let guard = epoch::pin();
         // One allocation for most answers (a query that matches more than 64 workers grows it).
         let known = self.budget.known.load(Ordering::Relaxed);
         let mut scores = Vec::with_capacity(known.clamp(1, 64));
-        for table in &self.tables {
-            walk(table, query, &guard, &mut scores);
-        }
+        self.find_matches_into(query, &mut scores);
         OverlapScores::from_pairs(scores)
+    }
+
+    /// [`Self::find_matches`] into a reused buffer of `(worker, depth)` pairs (cleared first):
+    /// the router's allocation-free path.
+    pub(crate) fn find_matches_into(&self, query: &[LocalBlockHash], out: &mut Vec<(Worker, u32)>) {
+        out.clear();
+        let guard = epoch::pin();
+        for table in &self.tables {
+            walk(table, query, &guard, out);
+        }
     }
 
     /// Like [`Self::find_matches`], but as if the walk stopped once a single worker still

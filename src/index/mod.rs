@@ -15,16 +15,18 @@ mod probe_map;
 mod reference;
 mod run;
 mod run_table;
-mod scores;
 mod spent;
 mod tag_map;
+mod tiered;
 mod worker_dump;
 
 use std::collections::BTreeMap;
 
+pub use crate::scores::OverlapScores;
 pub use event_pool::{EventPool, PoolConfig, PoolStats, SubmitError};
 pub use reference::ReferenceIndex;
-pub use scores::OverlapScores;
+pub(crate) use tiered::TierScratch;
+pub use tiered::{LOWER_TIERS, TieredIndex};
 
 use crate::event::{SequenceHash, Worker};
 

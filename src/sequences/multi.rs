@@ -15,7 +15,7 @@ use super::request_index::{Location, RequestIndex};
 use super::shard::Shard;
 use super::{RequestId, error::saturating_prefill_tokens, worker_hash};
 use crate::event::{SequenceHash, Worker};
-use crate::index::OverlapScores;
+use crate::scores::OverlapScores;
 use crate::sync::{Arc, AtomicUsize, Ordering, RwLock};
 
 /// What [`MultiWorkerSequences::update_workers`] changed.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::event::{SequenceHash, Worker};
-use crate::index::OverlapScores;
+use crate::scores::OverlapScores;
 use crate::sync::{Arc, Mutex};
 
 fn blocks(values: &[u64]) -> Vec<SequenceHash> {

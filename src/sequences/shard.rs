@@ -239,6 +239,7 @@ impl Shard {
                 worker: state.worker,
                 potential_blocks: state.active_blocks + (candidate.len() - depth),
                 potential_tokens: state.active_tokens + new_tokens(state.worker),
+                active_tokens: state.active_tokens,
                 active_requests: state.requests.len(),
             });
         }

@@ -19,7 +19,7 @@
 //! ```
 
 use crate::event::{SequenceHash, Worker};
-use crate::index::OverlapScores;
+use crate::scores::OverlapScores;
 
 /// splitmix64: small, fast and deterministic, so every run builds the same state.
 #[derive(Clone, Debug)]

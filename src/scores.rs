@@ -67,3 +67,27 @@ impl PartialEq for OverlapScores {
 }
 
 impl Eq for OverlapScores {}
+
+/// A query's match in every storage tier: per worker, the device depth and how many further
+/// blocks each lower tier holds that continue it (see [`crate::index::TieredIndex`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TieredScores {
+    /// Leading blocks held on the device.
+    pub device: OverlapScores,
+    /// Per lower tier, in [`crate::index::LOWER_TIERS`] order: blocks continuing the match past
+    /// the device and the tiers before it.
+    pub lower: [OverlapScores; 3],
+}
+
+impl TieredScores {
+    /// The continuation blocks of `tier` per worker; the device tier's are its depths.
+    pub fn continuation(&self, tier: crate::event::StorageTier) -> &OverlapScores {
+        use crate::event::StorageTier;
+        match tier {
+            StorageTier::Device => &self.device,
+            StorageTier::HostPinned => &self.lower[0],
+            StorageTier::Disk => &self.lower[1],
+            StorageTier::External => &self.lower[2],
+        }
+    }
+}

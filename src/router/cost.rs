@@ -1,0 +1,141 @@
+//! The cost model: every candidate's terms from its cache match and its load.
+//!
+//! Per candidate (worker, dp_rank):
+//!
+//! ```text
+//! effective_overlap = device blocks + Σ lower-tier continuation blocks × tier weight
+//!                     + shared-cache blocks beyond the worker's own match × shared weight
+//! cached_tokens     = round(effective_overlap × block_size), at most isl
+//! prefill_blocks    = (isl − cached_tokens + the worker's queued prefill tokens) / block_size
+//! decode_blocks     = blocks the worker's requests in flight would pin with this one added
+//! logit             = overlap_score_weight × prefill_blocks + decode_blocks     (lower is better)
+//! ```
+
+use crate::event::Worker;
+use crate::hash::RequestHashes;
+use crate::index::TierScratch;
+use crate::router::request::Candidate;
+use crate::sequences::{OverlapTable, PotentialLoad};
+
+/// The weights the model applies to one request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Weights {
+    pub block_size: u32,
+    pub overlap_score_weight: f64,
+    /// Host-pinned, disk, external, as in [`crate::index::LOWER_TIERS`].
+    pub tiers: [f64; 3],
+    pub shared: f64,
+}
+
+/// Reused buffers of one routing call (kept per thread, so a warm call allocates nothing).
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    pub hashes: RequestHashes,
+    pub bytes: Vec<u8>,
+    pub tiers: TierScratch,
+    pub loads: Vec<PotentialLoad>,
+    pub more_loads: Vec<PotentialLoad>,
+    pub candidates: Vec<Candidate>,
+}
+
+/// One candidate's terms, from its device match `device`, its tiers' continuations, the shared
+/// cache's prefix hits and its load.
+pub(crate) fn candidate(
+    load: &PotentialLoad,
+    device: u32,
+    lower: [u32; 3],
+    shared_hits: usize,
+    isl: usize,
+    weights: &Weights,
+) -> Candidate {
+    let own = device as usize + lower.iter().map(|&c| c as usize).sum::<usize>();
+    let mut effective = f64::from(device);
+    for (blocks, weight) in lower.iter().zip(weights.tiers) {
+        effective += f64::from(*blocks) * weight;
+    }
+    effective += shared_hits.saturating_sub(own) as f64 * weights.shared;
+    let block_size = f64::from(weights.block_size);
+    let cached_tokens = (effective * block_size).round().min(isl as f64);
+    let prefill_tokens = isl as f64 - cached_tokens + load.active_tokens as f64;
+    let prefill_blocks = prefill_tokens / block_size;
+    Candidate {
+        worker: load.worker,
+        overlap_blocks: device,
+        effective_overlap: effective,
+        prefill_tokens,
+        prefill_blocks,
+        queued_prefill_tokens: load.active_tokens,
+        decode_blocks: load.potential_blocks,
+        active_requests: load.active_requests,
+        logit: weights.overlap_score_weight * prefill_blocks + load.potential_blocks as f64,
+    }
+}
+
+/// A worker's continuation in each lower tier (0 where it has none). Lower tiers are empty in
+/// most fleets, which makes this free.
+pub(crate) fn lower_tiers(tiers: &TierScratch, worker: Worker) -> [u32; 3] {
+    tiers
+        .lower
+        .each_ref()
+        .map(|pairs| pairs.iter().find(|(w, _)| *w == worker).map_or(0, |&(_, blocks)| blocks))
+}
+
+/// Device depths by worker, for `O(1)` lookups while building candidates.
+pub(crate) fn device_table(tiers: &TierScratch) -> OverlapTable {
+    OverlapTable::from_pairs(&tiers.device)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(active_tokens: usize, potential_blocks: usize) -> PotentialLoad {
+        PotentialLoad {
+            worker: Worker::new(1, 0),
+            potential_blocks,
+            potential_tokens: 0,
+            active_tokens,
+            active_requests: 1,
+        }
+    }
+
+    const WEIGHTS: Weights = Weights {
+        block_size: 16,
+        overlap_score_weight: 1.0,
+        tiers: [0.75, 0.25, 0.1],
+        shared: 0.5,
+    };
+
+    #[test]
+    fn device_overlap_and_queued_prefill_make_the_logit() {
+        // 100 tokens, 4 of 6 blocks on device: 64 cached, 36 + 20 queued = 56 tokens = 3.5 blocks.
+        let c = candidate(&load(20, 10), 4, [0; 3], 0, 100, &WEIGHTS);
+        assert_eq!(c.effective_overlap, 4.0);
+        assert_eq!(c.prefill_tokens, 56.0);
+        assert_eq!(c.prefill_blocks, 3.5);
+        assert_eq!(c.decode_blocks, 10);
+        assert_eq!(c.logit, 13.5);
+    }
+
+    #[test]
+    fn lower_tiers_count_at_their_weights_and_shared_hits_only_beyond_the_own_match() {
+        // 2 device + 2 host (1.5) + 1 disk (0.25) = 3.75 blocks; the shared cache holds 6, of
+        // which 1 lies beyond the worker's own 5: 0.5 more. 4.25 × 16 = 68 tokens cached.
+        let c = candidate(&load(0, 7), 2, [2, 1, 0], 6, 160, &WEIGHTS);
+        assert_eq!(c.effective_overlap, 4.25);
+        assert_eq!(c.prefill_tokens, 92.0);
+        assert_eq!(c.logit, 92.0 / 16.0 + 7.0);
+        // A shared cache holding less than the worker's own match adds nothing.
+        let c = candidate(&load(0, 7), 2, [2, 1, 0], 3, 160, &WEIGHTS);
+        assert_eq!(c.effective_overlap, 3.75);
+    }
+
+    #[test]
+    fn cached_tokens_never_exceed_the_prompt_and_weight_scales_prefill() {
+        let weights = Weights { overlap_score_weight: 2.0, ..WEIGHTS };
+        // 40 tokens, 3 full-credit blocks = 48 tokens > 40: nothing left to prefill.
+        let c = candidate(&load(8, 5), 3, [0; 3], 0, 40, &weights);
+        assert_eq!(c.prefill_tokens, 8.0);
+        assert_eq!(c.logit, 2.0 * 0.5 + 5.0);
+    }
+}

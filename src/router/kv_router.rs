@@ -1,0 +1,499 @@
+//! [`KvRouter`]: the one object a gateway embeds to pick a worker for every request.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::event::{RouterEvent, Worker, WorkerId};
+use crate::hash::BlockHasher;
+use crate::index::{SubmitError, TieredIndex};
+use crate::pool::LaneDown;
+use crate::router::approx::ApproxTracker;
+use crate::router::cost::{self, Scratch, Weights};
+use crate::router::request::{Candidate, RouteDecision, RouteInput, RouteRequest};
+use crate::router::selector::argmin_by;
+use crate::router::sessions::SessionTable;
+use crate::router::stats::RouterStats;
+use crate::router::workers::{Registry, WorkerRole};
+use crate::router::{KvRouterBuilder, RouteError, RouterConfig, RouterRng};
+use crate::router::{SelectContext, SharedCache, WorkerSelector};
+use crate::scores::OverlapScores;
+use crate::sequences::{Clock, MultiWorkerSequences, PotentialLoad, RequestId, UnknownRequest};
+use crate::sync::{AtomicU64, Ordering, RwLock};
+
+thread_local! {
+    /// Each routing thread's reused buffers: a warm `route` allocates nothing but its answer.
+    static SCRATCH: RefCell<Scratch> = RefCell::default();
+}
+
+/// KV-cache-aware routing for a fleet of workers: which worker should serve this request?
+///
+/// Every call is synchronous, on the caller's thread, and safe from many threads at once.
+/// `route` hashes the prompt, asks the prefix index (every storage tier) how much of it each
+/// worker holds, asks the load tracker what each worker already computes, and picks by the
+/// cost model (see [`crate::router`]). Engines' KV events go in through
+/// [`apply_event`](Self::apply_event); request progress through
+/// [`mark_prefill_completed`](Self::mark_prefill_completed) and [`free`](Self::free).
+pub struct KvRouter {
+    pub(crate) config: RouterConfig,
+    pub(crate) hasher: BlockHasher,
+    pub(crate) index: TieredIndex,
+    /// Requests on workers that decode (or do both).
+    pub(crate) sequences: MultiWorkerSequences,
+    /// Requests prefilling on prefill-only workers.
+    pub(crate) prefill_sequences: MultiWorkerSequences,
+    pub(crate) workers: RwLock<Registry>,
+    pub(crate) selector: Box<dyn WorkerSelector>,
+    pub(crate) rng: RouterRng,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) sessions: SessionTable,
+    pub(crate) approx: Option<ApproxTracker>,
+    pub(crate) shared_cache: Option<Box<dyn SharedCache>>,
+    pub(crate) counters: Counters,
+    pub(crate) started: Instant,
+}
+
+/// The router's own counters.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub decisions: AtomicU64,
+    pub refused: AtomicU64,
+    pub session_hits: AtomicU64,
+    pub session_moves: AtomicU64,
+    pub shared_cache_failures: AtomicU64,
+}
+
+impl KvRouter {
+    /// A builder for a router set up by `config`.
+    pub fn builder(config: RouterConfig) -> KvRouterBuilder {
+        KvRouterBuilder::new(config)
+    }
+
+    /// A router with `config` and the default selector, clock and no shared cache.
+    pub fn new(config: RouterConfig) -> Result<Self, crate::router::RouterConfigError> {
+        Self::builder(config).build()
+    }
+
+    /// The router's settings.
+    pub fn config(&self) -> &RouterConfig {
+        &self.config
+    }
+
+    /// Registers `worker` to serve whole requests (no-op if it does already).
+    pub fn add_worker(&self, worker: Worker) {
+        self.add_worker_with_role(worker, WorkerRole::Both);
+    }
+
+    /// Registers `worker` with `role`. Changing a worker's role drops the requests it had in
+    /// flight from the load tracker (they are returned).
+    pub fn add_worker_with_role(&self, worker: Worker, role: WorkerRole) -> Vec<RequestId> {
+        let mut registry = self.workers.write();
+        let old = registry.insert(worker, role);
+        let dropped = match old {
+            Some(old) if old == role => return Vec::new(),
+            Some(old) => self.tracker(old).remove_worker(worker).unwrap_or_default(),
+            None => Vec::new(),
+        };
+        self.tracker(role).add_worker(worker);
+        dropped
+    }
+
+    /// Forgets every dp rank of worker `id`: from the candidates, every tier of the index, the
+    /// load trackers, approximate mode and sessions. Returns the requests it had in flight.
+    pub fn remove_worker(&self, id: WorkerId) -> Result<Vec<RequestId>, LaneDown> {
+        let removed = self.workers.write().remove(id);
+        let mut dropped = Vec::new();
+        for (worker, role) in removed {
+            dropped.extend(self.tracker(role).remove_worker(worker).unwrap_or_default());
+        }
+        if let Some(approx) = &self.approx {
+            approx.remove_worker(id);
+        }
+        self.sessions.remove_worker(id);
+        self.index.remove_worker(id)?;
+        Ok(dropped)
+    }
+
+    /// Every registered (worker, dp_rank) with its role, sorted.
+    pub fn workers(&self) -> Vec<(Worker, WorkerRole)> {
+        self.workers.read().iter().collect()
+    }
+
+    fn tracker(&self, role: WorkerRole) -> &MultiWorkerSequences {
+        match role {
+            WorkerRole::Prefill => &self.prefill_sequences,
+            WorkerRole::Decode | WorkerRole::Both => &self.sequences,
+        }
+    }
+
+    /// Hands an engine's KV event to the index of its tier, waiting for room in its lane.
+    pub fn apply_event(&self, event: RouterEvent) -> Result<(), LaneDown> {
+        self.index.apply_blocking(event)
+    }
+
+    /// Hands an engine's KV event to the index without waiting (see [`TieredIndex::apply`]).
+    pub fn try_apply_event(&self, event: RouterEvent) -> Result<(), SubmitError> {
+        self.index.apply(event)
+    }
+
+    /// Returns once every event handed in before is visible to routing.
+    pub fn flush(&self) -> Result<(), LaneDown> {
+        self.index.flush()
+    }
+
+    /// The prefix index (every tier), for queries and stats.
+    pub fn index(&self) -> &TieredIndex {
+        &self.index
+    }
+
+    /// The load tracker of workers that decode (or serve whole requests).
+    pub fn sequences(&self) -> &MultiWorkerSequences {
+        &self.sequences
+    }
+
+    /// Picks the worker for `request`. With `update_states` the request is also recorded as
+    /// in flight there; a refused call changes nothing.
+    pub fn route(&self, request: &RouteRequest<'_>) -> Result<RouteDecision, RouteError> {
+        let decided = SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut scratch) => self.route_with(request, &mut scratch),
+            // A selector that routes from inside `select` gets buffers of its own.
+            Err(_) => self.route_with(request, &mut Scratch::default()),
+        });
+        let counter =
+            if decided.is_ok() { &self.counters.decisions } else { &self.counters.refused };
+        counter.fetch_add(1, Ordering::Relaxed);
+        decided
+    }
+
+    fn route_with(
+        &self,
+        request: &RouteRequest<'_>,
+        scratch: &mut Scratch,
+    ) -> Result<RouteDecision, RouteError> {
+        let isl = self.hash_input(request, scratch)?;
+        if request.update_states && request.request_id.is_none() {
+            return Err(RouteError::MissingRequestId);
+        }
+        request.overrides.validate().map_err(RouteError::BadOverrides)?;
+        let now = self.clock.now();
+        if let Some(approx) = &self.approx {
+            approx.expire_due(&self.index, now)?;
+        }
+        self.index.find_matches_into(&scratch.hashes.local, &mut scratch.tiers);
+        let shared_hits = self.shared_hits(scratch);
+
+        let registry = self.workers.read();
+        if let Some(pinned) = request.pinned_worker
+            && registry.role(pinned).is_none()
+        {
+            return Err(RouteError::UnknownPinnedWorker(pinned));
+        }
+        let split = registry.disaggregated();
+        self.collect_loads(scratch, isl, split);
+        let weights = Weights {
+            block_size: self.config.block_size,
+            overlap_score_weight: request
+                .overrides
+                .overlap_score_weight
+                .unwrap_or(self.config.overlap_score_weight),
+            tiers: [
+                self.config.host_hit_weight,
+                self.config.disk_hit_weight,
+                self.config.external_hit_weight,
+            ],
+            shared: self.config.shared_cache_hit_weight,
+        };
+        let device = cost::device_table(&scratch.tiers);
+        let allowed = |worker: Worker| {
+            request.allowed_workers.is_none_or(|ids| ids.contains(&worker.id))
+                && request.pinned_worker.is_none_or(|pinned| pinned == worker)
+        };
+        let prefill_role =
+            |worker| !split || registry.role(worker).is_some_and(WorkerRole::prefills);
+        scratch.candidates.clear();
+        for load in &scratch.loads {
+            if allowed(load.worker) && prefill_role(load.worker) {
+                let lower = cost::lower_tiers(&scratch.tiers, load.worker);
+                let depth = device.get(load.worker);
+                let candidate = cost::candidate(load, depth, lower, shared_hits, isl, &weights);
+                scratch.candidates.push(candidate);
+            }
+        }
+        if scratch.candidates.is_empty() {
+            return Err(RouteError::NoWorkers);
+        }
+        let temperature = request.overrides.temperature.unwrap_or(self.config.temperature);
+        let context = SelectContext { temperature, rng: &self.rng };
+        let (chosen, session_hit) = self.choose(request, &scratch.candidates, &context, now);
+        let breakdown = request.breakdown.then(|| scratch.candidates.clone());
+        let decode_worker = match split && registry.role(chosen.worker) == Some(WorkerRole::Prefill)
+        {
+            true => Some(self.choose_decoder(scratch, request, &registry)?),
+            false => None,
+        };
+        drop(registry);
+
+        if request.update_states {
+            self.record(request, scratch, isl, &chosen, decode_worker)?;
+        }
+        if let Some(approx) = &self.approx {
+            let hashes = &scratch.hashes;
+            approx.record(&self.index, chosen.worker, &hashes.local, &hashes.sequence, now)?;
+        }
+        if let Some(session) = request.session_id {
+            self.sessions.set(session, chosen.worker, now);
+        }
+        Ok(RouteDecision {
+            worker: chosen.worker,
+            overlap_blocks: chosen.overlap_blocks,
+            request_blocks: scratch.hashes.local.len(),
+            decode_worker,
+            session_hit,
+            breakdown,
+        })
+    }
+
+    /// Hashes the prompt into `scratch`; returns its length in tokens.
+    fn hash_input(
+        &self,
+        request: &RouteRequest<'_>,
+        scratch: &mut Scratch,
+    ) -> Result<usize, RouteError> {
+        let hasher = self.request_hasher(request);
+        match request.input {
+            None => Err(RouteError::EmptyRequest),
+            Some(RouteInput::Tokens([])) | Some(RouteInput::Hashes { isl: 0, .. }) => {
+                Err(RouteError::EmptyRequest)
+            }
+            Some(RouteInput::Tokens(tokens)) => {
+                let (hashes, bytes) = (&mut scratch.hashes, &mut scratch.bytes);
+                hasher.hash_request_into(tokens, request.multimodal, hashes, bytes);
+                Ok(tokens.len())
+            }
+            Some(RouteInput::Hashes { local, isl }) => {
+                scratch.hashes.local.clear();
+                scratch.hashes.local.extend_from_slice(local);
+                scratch.hashes.sequence.clear();
+                crate::hash::extend_sequence_hashes(local, &mut scratch.hashes.sequence);
+                Ok(isl)
+            }
+        }
+    }
+
+    fn request_hasher(&self, request: &RouteRequest<'_>) -> BlockHasher {
+        let mut hasher = self.hasher;
+        if let Some(lora) = request.lora_name {
+            hasher = hasher.with_lora(lora);
+        }
+        if let Some(namespace) = request.cache_namespace {
+            hasher = hasher.with_namespace(namespace);
+        }
+        hasher
+    }
+
+    /// Leading blocks the shared cache holds, 0 if there is none or it failed (counted, logged).
+    fn shared_hits(&self, scratch: &Scratch) -> usize {
+        let Some(cache) = &self.shared_cache else { return 0 };
+        match cache.prefix_hits(&scratch.hashes.local, &scratch.hashes.sequence) {
+            Ok(hits) => hits,
+            Err(error) => {
+                self.counters.shared_cache_failures.fetch_add(1, Ordering::Relaxed);
+                log::warn!("kvroute: {error}; scored as no hit");
+                0
+            }
+        }
+    }
+
+    /// Every tracked worker's potential load for the request into `scratch.loads`.
+    fn collect_loads(&self, scratch: &mut Scratch, isl: usize, split: bool) {
+        // The trackers take the device overlaps as `OverlapScores`: lend them the buffer.
+        let overlaps = OverlapScores::from_pairs(std::mem::take(&mut scratch.tiers.device));
+        let candidate = &scratch.hashes.sequence;
+        self.sequences.potential_loads_into(candidate, isl, &overlaps, &mut scratch.loads);
+        if split {
+            let more = &mut scratch.more_loads;
+            self.prefill_sequences.potential_loads_into(candidate, isl, &overlaps, more);
+            scratch.loads.extend_from_slice(more);
+        }
+        scratch.tiers.device = overlaps.into_pairs();
+    }
+
+    /// The candidate to route to, and whether the request's session kept its worker.
+    fn choose(
+        &self,
+        request: &RouteRequest<'_>,
+        candidates: &[Candidate],
+        context: &SelectContext<'_>,
+        now: Instant,
+    ) -> (Candidate, bool) {
+        if let Some(session) = request.session_id
+            && let Some(worker) = self.sessions.get(session, now)
+        {
+            let least = candidates.iter().map(|c| c.decode_blocks).min().unwrap_or(0);
+            let bound = self.config.sessions.load_bound * (least as f64 + 1.0);
+            match candidates.iter().find(|c| c.worker == worker) {
+                Some(kept) if kept.decode_blocks as f64 <= bound => {
+                    self.counters.session_hits.fetch_add(1, Ordering::Relaxed);
+                    return (*kept, true);
+                }
+                _ => {
+                    self.counters.session_moves.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        let at = self.selector.select(candidates, context);
+        (candidates.get(at).copied().unwrap_or(candidates[0]), false)
+    }
+
+    /// The decode worker of a disaggregated request: the least loaded worker that decodes.
+    fn choose_decoder(
+        &self,
+        scratch: &mut Scratch,
+        request: &RouteRequest<'_>,
+        registry: &Registry,
+    ) -> Result<Worker, RouteError> {
+        let decoders = &mut scratch.more_loads;
+        decoders.clear();
+        decoders.extend(scratch.loads.iter().filter(|load| {
+            request.allowed_workers.is_none_or(|ids| ids.contains(&load.worker.id))
+                && registry.role(load.worker).is_some_and(WorkerRole::decodes)
+        }));
+        if decoders.is_empty() {
+            return Err(RouteError::NoWorkers);
+        }
+        // Decoders are compared by load alone: the prompt's KV cache moves to whichever wins.
+        scratch.candidates.clear();
+        scratch.candidates.extend(decoders.iter().map(|load| Candidate {
+            worker: load.worker,
+            decode_blocks: load.potential_blocks,
+            active_requests: load.active_requests,
+            logit: load.potential_blocks as f64,
+            ..Candidate::default()
+        }));
+        let at =
+            argmin_by(&scratch.candidates, &self.rng, |c| (c.decode_blocks, c.active_requests));
+        Ok(scratch.candidates[at].worker)
+    }
+
+    /// Records a routed request in the load trackers; on error nothing stays recorded.
+    fn record(
+        &self,
+        request: &RouteRequest<'_>,
+        scratch: &Scratch,
+        isl: usize,
+        chosen: &Candidate,
+        decode_worker: Option<Worker>,
+    ) -> Result<(), RouteError> {
+        let id = request.request_id.clone().ok_or(RouteError::MissingRequestId)?;
+        let blocks = self.config.track_active_blocks.then_some(&scratch.hashes.sequence[..]);
+        let overlap = chosen.overlap_blocks;
+        let Some(decoder) = decode_worker else {
+            self.sequences.add_request(id, chosen.worker, blocks, isl, overlap)?;
+            return Ok(());
+        };
+        self.prefill_sequences.add_request(id.clone(), chosen.worker, blocks, isl, overlap)?;
+        // The decoder receives the whole prompt's KV cache: nothing of it left to prefill.
+        let cached = scratch.hashes.sequence.len() as u32;
+        if let Err(error) = self.sequences.add_request(id.clone(), decoder, blocks, isl, cached) {
+            let _ = self.prefill_sequences.free(&id);
+            return Err(error.into());
+        }
+        Ok(())
+    }
+
+    /// Records request `id` (of `tokens`) as in flight on `worker`, outside `route`: for
+    /// gateways that pick the worker themselves.
+    pub fn add_request(
+        &self,
+        id: RequestId,
+        tokens: &[u32],
+        worker: Worker,
+    ) -> Result<Vec<RequestId>, RouteError> {
+        let role =
+            self.workers.read().role(worker).ok_or(RouteError::UnknownPinnedWorker(worker))?;
+        let hashes = self.hasher.hash_request(tokens);
+        let overlap = self.overlap_blocks(tokens, worker);
+        let blocks = self.config.track_active_blocks.then_some(&hashes.sequence[..]);
+        Ok(self.tracker(role).add_request(id, worker, blocks, tokens.len(), overlap)?)
+    }
+
+    /// The request's prefill is done: its prompt tokens stop counting as queued (on a
+    /// prefill-only worker, the request leaves it).
+    pub fn mark_prefill_completed(&self, id: &RequestId) -> Result<(), UnknownRequest> {
+        let prefilled = self.prefill_sequences.free(id);
+        let decoding = self.sequences.mark_prefill_completed(id);
+        prefilled.or(decoding)
+    }
+
+    /// The request decoded one more block.
+    pub fn add_output_block(&self, id: &RequestId) -> Result<(), UnknownRequest> {
+        self.sequences.add_output_block(id)
+    }
+
+    /// The request finished (or was cancelled): it no longer loads any worker.
+    pub fn free(&self, id: &RequestId) -> Result<(), UnknownRequest> {
+        let prefilled = self.prefill_sequences.free(id);
+        let decoding = self.sequences.free(id);
+        decoding.or(prefilled)
+    }
+
+    /// Every registered worker's load if a request of `tokens` were sent to it.
+    pub fn potential_loads(&self, tokens: &[u32]) -> Vec<PotentialLoad> {
+        let hashes = self.hasher.hash_request(tokens);
+        let overlaps = self.index.device().find_matches(&hashes.local);
+        let mut loads = self.sequences.potential_loads(&hashes.sequence, tokens.len(), &overlaps);
+        loads.extend(self.prefill_sequences.potential_loads(
+            &hashes.sequence,
+            tokens.len(),
+            &overlaps,
+        ));
+        loads
+    }
+
+    /// Leading blocks of `tokens` that `worker` holds on its device.
+    pub fn overlap_blocks(&self, tokens: &[u32], worker: Worker) -> u32 {
+        let local = self.hasher.local_hashes(tokens);
+        self.index.device().find_matches(&local).get(worker)
+    }
+
+    /// Expires approximate-mode blocks and requests past their TTLs now (both also happen
+    /// lazily). Returns the expired requests.
+    pub fn expire_now(&self) -> Result<Vec<RequestId>, LaneDown> {
+        if let Some(approx) = &self.approx {
+            approx.expire(&self.index, self.clock.now())?;
+        }
+        let mut expired = self.sequences.expire_stale();
+        expired.extend(self.prefill_sequences.expire_stale());
+        Ok(expired)
+    }
+
+    /// A snapshot of the router's counters and sizes.
+    pub fn stats(&self) -> RouterStats {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let registry = self.workers.read();
+        RouterStats {
+            workers: registry.len(),
+            disaggregated: registry.disaggregated(),
+            decisions: load(&self.counters.decisions),
+            refused: load(&self.counters.refused),
+            session_hits: load(&self.counters.session_hits),
+            session_moves: load(&self.counters.session_moves),
+            live_sessions: self.sessions.live(self.clock.now()),
+            shared_cache_failures: load(&self.counters.shared_cache_failures),
+            index: self.index.stats(),
+            approx: self.approx.as_ref().map(ApproxTracker::stats),
+            uptime: self.started.elapsed(),
+        }
+    }
+}
+
+impl fmt::Debug for KvRouter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KvRouter")
+            .field("config", &self.config)
+            .field("workers", &self.workers.read().len())
+            .field("index", &self.index)
+            .finish_non_exhaustive()
+    }
+}
