@@ -314,7 +314,7 @@ fn disaggregated_workers_split_prefill_by_overlap_and_decode_by_load() {
     router.add_request("old".into(), &prompt(6), d1).unwrap();
     let d = router.route(&RouteRequest::tokens(&tokens).with_id("r").update_states(true)).unwrap();
     assert_eq!((d.worker, d.decode_worker), (p2, Some(d2)));
-    assert_eq!(router.stats().disaggregated, true);
+    assert!(router.stats().disaggregated);
     // Prefill load sits on the prefill worker until prefill completes, then only decode load.
     assert_eq!(router.sequences().load(d2).unwrap().active_requests, 1);
     router.mark_prefill_completed(&"r".into()).unwrap();
@@ -367,4 +367,99 @@ fn lora_and_namespace_salt_the_hashes_like_the_engines() {
     assert!(plain.breakdown.unwrap().iter().all(|c| c.overlap_blocks == 0));
     let lora = RouteRequest { lora_name: Some("adapter"), ..RouteRequest::tokens(&tokens) };
     assert_eq!(router.route(&lora).unwrap().overlap_blocks, 2);
+}
+
+mod approximate {
+    use super::*;
+    use kvroute::router::ApproxConfig;
+    use kvroute::sequences::ManualClock;
+    use std::time::Duration;
+
+    fn approx_router(clock: &ManualClock, max_blocks: usize) -> KvRouter {
+        let approximate =
+            ApproxConfig { ttl: Duration::from_secs(10), max_blocks, prune_target: 0.5 };
+        let config = RouterConfig { use_kv_events: false, approximate, ..config() };
+        let router = KvRouter::builder(config).clock(clock.clone()).build().unwrap();
+        router.add_worker(A);
+        router.add_worker(B);
+        router
+    }
+
+    #[test]
+    fn decisions_are_indexed_as_if_the_worker_stored_the_blocks() {
+        let clock = ManualClock::new();
+        let router = approx_router(&clock, 1000);
+        let tokens = prompt(5);
+        let first = router.route(&RouteRequest::tokens(&tokens)).unwrap();
+        router.flush().unwrap();
+        assert_eq!(router.overlap_blocks(&tokens, first.worker), 5);
+        // The next request sharing 3 blocks goes where they are presumed cached.
+        let mut next = prompt(3);
+        next.extend(500..508);
+        let second = router.route(&RouteRequest::tokens(&next)).unwrap();
+        assert_eq!((second.worker, second.overlap_blocks), (first.worker, 3));
+        let stats = router.stats().approx.unwrap();
+        assert_eq!((stats.decisions, stats.presumed_blocks), (2, 7));
+    }
+
+    #[test]
+    fn blocks_expire_after_the_ttl_unless_routed_again() {
+        let clock = ManualClock::new();
+        let router = approx_router(&clock, 1000);
+        let (old, fresh) = (prompt(4), (100..108).collect::<Vec<u32>>());
+        let w_old = router.route(&RouteRequest::tokens(&old)).unwrap().worker;
+        clock.advance(Duration::from_secs(6));
+        let w_fresh = router.route(&RouteRequest::tokens(&fresh)).unwrap().worker;
+        clock.advance(Duration::from_secs(5)); // old is 11 s old, fresh 5 s
+        router.expire_now().unwrap();
+        router.flush().unwrap();
+        assert_eq!(router.overlap_blocks(&old, w_old), 0);
+        assert_eq!(router.overlap_blocks(&fresh, w_fresh), 2);
+        // Routing a prefix again refreshes it: 1 block of `fresh` routed at 11 s survives 16 s.
+        let head: Vec<u32> = fresh[..4].to_vec();
+        let w_head = router.route(&RouteRequest::tokens(&head).pinned(w_fresh)).unwrap().worker;
+        clock.advance(Duration::from_secs(6));
+        router.expire_now().unwrap();
+        router.flush().unwrap();
+        assert_eq!(router.overlap_blocks(&fresh, w_head), 1);
+        let stats = router.stats().approx.unwrap();
+        assert_eq!((stats.expired_blocks, stats.presumed_blocks), (4 + 1, 1));
+    }
+
+    #[test]
+    fn expiry_also_happens_lazily_while_routing() {
+        let clock = ManualClock::new();
+        let router = approx_router(&clock, 1000);
+        let tokens = prompt(3);
+        let w = router.route(&RouteRequest::tokens(&tokens)).unwrap().worker;
+        clock.advance(Duration::from_secs(11));
+        router.route(&RouteRequest::tokens(&prompt(1)).pinned(w)).unwrap();
+        router.flush().unwrap();
+        // Only the block the last request routed again is left.
+        assert_eq!(router.overlap_blocks(&tokens, w), 1);
+    }
+
+    #[test]
+    fn a_worker_past_max_blocks_is_pruned_least_recently_routed_tails_first() {
+        let clock = ManualClock::new();
+        let router = approx_router(&clock, 8);
+        let (a, b) = (prompt(4), (100..116).collect::<Vec<u32>>());
+        router.route(&RouteRequest::tokens(&a).pinned(A)).unwrap();
+        clock.advance(Duration::from_secs(1));
+        router.route(&RouteRequest::tokens(&b).pinned(A)).unwrap();
+        clock.advance(Duration::from_secs(1));
+        // 4 + 4 = 8 blocks: at the bound, nothing pruned yet. One more prefix block of `a`
+        // refreshes a's first block; then 3 new blocks push A to 11 > 8: pruned to 4.
+        let c = (200..212).collect::<Vec<u32>>();
+        router.route(&RouteRequest::tokens(&a[..4]).pinned(A)).unwrap();
+        clock.advance(Duration::from_secs(1));
+        router.route(&RouteRequest::tokens(&c).pinned(A)).unwrap();
+        router.flush().unwrap();
+        // Kept: c's 3 blocks (newest) and a's first block (refreshed); b (older) and a's tail gone.
+        assert_eq!(router.overlap_blocks(&c, A), 3);
+        assert_eq!(router.overlap_blocks(&a, A), 1);
+        assert_eq!(router.overlap_blocks(&b, A), 0);
+        let stats = router.stats().approx.unwrap();
+        assert_eq!((stats.pruned_blocks, stats.presumed_blocks), (7, 4));
+    }
 }
