@@ -14,7 +14,8 @@
 use std::fmt;
 use std::num::NonZeroU32;
 
-use xxhash_rust::xxh3::xxh3_64_with_seed;
+use xxhash_rust::const_xxh3::const_custom_default_secret;
+use xxhash_rust::xxh3::{xxh3_64_with_secret, xxh3_64_with_seed};
 
 use crate::event::{LocalBlockHash, SequenceHash};
 
@@ -40,10 +41,13 @@ impl fmt::Display for HashError {
 impl std::error::Error for HashError {}
 
 /// Hashes token sequences into blocks for one block size and one salt (LoRA, cache namespace).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct BlockHasher {
     block_size: NonZeroU32,
     seed: u64,
+    /// XXH3's secret for `seed`, derived once: for inputs over 240 bytes, hashing with it is
+    /// exactly hashing with the seed, without deriving the secret again for every block.
+    secret: [u8; SECRET_LEN],
 }
 
 /// The local and sequence hashes of one request, computed once.
@@ -55,11 +59,20 @@ pub struct RequestHashes {
     pub sequence: Vec<SequenceHash>,
 }
 
+impl fmt::Debug for BlockHasher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlockHasher")
+            .field("block_size", &self.block_size)
+            .field("seed", &self.seed)
+            .finish_non_exhaustive()
+    }
+}
+
 impl BlockHasher {
     /// A hasher for blocks of `block_size` tokens, unsalted.
     pub fn new(block_size: u32) -> Result<Self, HashError> {
         let block_size = NonZeroU32::new(block_size).ok_or(HashError::ZeroBlockSize)?;
-        Ok(Self { block_size, seed: SEED })
+        Ok(Self { block_size, seed: SEED, secret: const_custom_default_secret(SEED) }.reseeded())
     }
 
     /// Salts the hashes with a LoRA adapter name (an empty name adds no salt).
@@ -67,7 +80,7 @@ impl BlockHasher {
         if !lora_name.is_empty() {
             self.seed = self.seed.wrapping_add(xxh3_64_with_seed(lora_name.as_bytes(), 0));
         }
-        self
+        self.reseeded()
     }
 
     /// Salts the hashes with a cache namespace (an empty namespace adds no salt).
@@ -75,7 +88,7 @@ impl BlockHasher {
         if !cache_namespace.is_empty() {
             self.seed = self.seed.wrapping_add(xxh3_64_with_seed(cache_namespace.as_bytes(), 1));
         }
-        self
+        self.reseeded()
     }
 
     /// Tokens per block.
@@ -115,7 +128,7 @@ impl BlockHasher {
                     for hash in &mm_sorted {
                         bytes.extend_from_slice(&hash.to_le_bytes());
                     }
-                    LocalBlockHash(xxh3_64_with_seed(&bytes, self.seed))
+                    self.hash_bytes(&bytes)
                 }
             })
             .collect()
@@ -124,12 +137,23 @@ impl BlockHasher {
     /// The content hash of one text-only block (`block` is not checked against the block size);
     /// `scratch` is reused between calls to avoid an allocation per block.
     pub(crate) fn hash_block(&self, block: &[u32], scratch: &mut Vec<u8>) -> LocalBlockHash {
-        scratch.clear();
-        scratch.resize(block.len() * 4, 0);
-        for (bytes, token) in scratch.chunks_exact_mut(4).zip(block) {
-            bytes.copy_from_slice(&token.to_le_bytes());
+        self.hash_bytes(token_bytes(block, scratch))
+    }
+
+    /// XXH3-64 of `bytes` with this hasher's seed.
+    #[inline]
+    fn hash_bytes(&self, bytes: &[u8]) -> LocalBlockHash {
+        if bytes.len() > SHORT_MAX {
+            LocalBlockHash(xxh3_64_with_secret(bytes, &self.secret))
+        } else {
+            LocalBlockHash(xxh3_64_with_seed(bytes, self.seed))
         }
-        LocalBlockHash(xxh3_64_with_seed(scratch, self.seed))
+    }
+
+    /// The secret matching the current seed.
+    fn reseeded(mut self) -> Self {
+        self.secret = const_custom_default_secret(self.seed);
+        self
     }
 
     /// Local and sequence hashes of a request, in one pass over its tokens.
@@ -163,6 +187,35 @@ impl BlockHasher {
         let local = self.local_hashes_mm(tokens, block_mm);
         let sequence = sequence_hashes(&local);
         RequestHashes { local, sequence }
+    }
+}
+
+/// Length of XXH3's default secret, and of one derived from a seed.
+const SECRET_LEN: usize = 192;
+
+/// Longest input XXH3 hashes without its secret-driven long loop: above it, hashing with the
+/// seed's derived secret equals hashing with the seed (XXH3's spec; checked by the tests).
+const SHORT_MAX: usize = 240;
+
+/// The little-endian bytes of `tokens`: the tokens' own memory on little-endian machines,
+/// else a copy in `scratch`.
+#[inline]
+fn token_bytes<'a>(tokens: &'a [u32], scratch: &'a mut Vec<u8>) -> &'a [u8] {
+    #[cfg(target_endian = "little")]
+    {
+        let _ = scratch;
+        // SAFETY: `u32` has no padding and every byte pattern is a valid `u8`; the byte slice
+        // covers exactly the tokens' `4 × len` bytes, `u8` needs no alignment, and it borrows
+        // `tokens` for its lifetime, so the memory stays valid and unchanged. On a little-endian
+        // machine these are the tokens' little-endian bytes. (Exercised under miri by the
+        // `hash` unit tests.)
+        unsafe { std::slice::from_raw_parts(tokens.as_ptr().cast::<u8>(), size_of_val(tokens)) }
+    }
+    #[cfg(not(target_endian = "little"))]
+    {
+        scratch.clear();
+        scratch.extend(tokens.iter().flat_map(|token| token.to_le_bytes()));
+        scratch
     }
 }
 
@@ -200,6 +253,34 @@ pub fn extend_sequence_hashes(local: &[LocalBlockHash], out: &mut Vec<SequenceHa
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The spec's way: copy the tokens' bytes and hash them with the seed.
+    fn plain(tokens: &[u32], seed: u64) -> u64 {
+        let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
+        xxh3_64_with_seed(&bytes, seed)
+    }
+
+    #[test]
+    fn the_derived_secret_and_the_token_bytes_hash_as_the_seed_does() {
+        // Block sizes on both sides of XXH3's 240-byte boundary, salted and not.
+        for block_size in [1, 16, 59, 60, 61, 64, 100, 128] {
+            let tokens: Vec<u32> =
+                (0..block_size * 3).map(|t: u32| t.wrapping_mul(2_654_435_761)).collect();
+            for hasher in [
+                BlockHasher::new(block_size).unwrap(),
+                BlockHasher::new(block_size).unwrap().with_lora("l").with_namespace("n"),
+            ] {
+                let expected: Vec<LocalBlockHash> = tokens
+                    .chunks_exact(block_size as usize)
+                    .map(|block| LocalBlockHash(plain(block, hasher.seed())))
+                    .collect();
+                assert_eq!(hasher.local_hashes(&tokens), expected, "block size {block_size}");
+                let (mut out, mut scratch) = (RequestHashes::default(), Vec::new());
+                hasher.hash_request_into(&tokens, &[], &mut out, &mut scratch);
+                assert_eq!(out, hasher.hash_request(&tokens));
+            }
+        }
+    }
 
     #[test]
     fn zero_block_size_is_an_error() {

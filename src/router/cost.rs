@@ -15,7 +15,7 @@ use crate::event::Worker;
 use crate::hash::RequestHashes;
 use crate::index::TierScratch;
 use crate::router::request::Candidate;
-use crate::sequences::{OverlapTable, PotentialLoad};
+use crate::sequences::PotentialLoad;
 
 /// The weights the model applies to one request.
 #[derive(Clone, Copy, Debug)]
@@ -38,16 +38,16 @@ pub(crate) struct Scratch {
     pub candidates: Vec<Candidate>,
 }
 
-/// One candidate's terms, from its device match `device`, its tiers' continuations, the shared
-/// cache's prefix hits and its load.
+/// One candidate's terms, from its load (which carries its device match), its tiers'
+/// continuations and the shared cache's prefix hits.
 pub(crate) fn candidate(
     load: &PotentialLoad,
-    device: u32,
     lower: [u32; 3],
     shared_hits: usize,
     isl: usize,
     weights: &Weights,
 ) -> Candidate {
+    let device = load.overlap_blocks;
     let own = device as usize + lower.iter().map(|&c| c as usize).sum::<usize>();
     let mut effective = f64::from(device);
     for (blocks, weight) in lower.iter().zip(weights.tiers) {
@@ -55,7 +55,9 @@ pub(crate) fn candidate(
     }
     effective += shared_hits.saturating_sub(own) as f64 * weights.shared;
     let block_size = f64::from(weights.block_size);
-    let cached_tokens = (effective * block_size).round().min(isl as f64);
+    // Rounded half up by truncation (every term is non-negative): `f64::round` and `floor`
+    // are library calls on baseline x86_64.
+    let cached_tokens = ((effective * block_size + 0.5) as u64).min(isl as u64) as f64;
     let prefill_tokens = isl as f64 - cached_tokens + load.active_tokens as f64;
     let prefill_blocks = prefill_tokens / block_size;
     Candidate {
@@ -80,21 +82,17 @@ pub(crate) fn lower_tiers(tiers: &TierScratch, worker: Worker) -> [u32; 3] {
         .map(|pairs| pairs.iter().find(|(w, _)| *w == worker).map_or(0, |&(_, blocks)| blocks))
 }
 
-/// Device depths by worker, for `O(1)` lookups while building candidates.
-pub(crate) fn device_table(tiers: &TierScratch) -> OverlapTable {
-    OverlapTable::from_pairs(&tiers.device)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn load(active_tokens: usize, potential_blocks: usize) -> PotentialLoad {
+    fn load(active_tokens: usize, potential_blocks: usize, overlap_blocks: u32) -> PotentialLoad {
         PotentialLoad {
             worker: Worker::new(1, 0),
             potential_blocks,
             potential_tokens: 0,
             active_tokens,
+            overlap_blocks,
             active_requests: 1,
         }
     }
@@ -109,7 +107,7 @@ mod tests {
     #[test]
     fn device_overlap_and_queued_prefill_make_the_logit() {
         // 100 tokens, 4 of 6 blocks on device: 64 cached, 36 + 20 queued = 56 tokens = 3.5 blocks.
-        let c = candidate(&load(20, 10), 4, [0; 3], 0, 100, &WEIGHTS);
+        let c = candidate(&load(20, 10, 4), [0; 3], 0, 100, &WEIGHTS);
         assert_eq!(c.effective_overlap, 4.0);
         assert_eq!(c.prefill_tokens, 56.0);
         assert_eq!(c.prefill_blocks, 3.5);
@@ -121,12 +119,12 @@ mod tests {
     fn lower_tiers_count_at_their_weights_and_shared_hits_only_beyond_the_own_match() {
         // 2 device + 2 host (1.5) + 1 disk (0.25) = 3.75 blocks; the shared cache holds 6, of
         // which 1 lies beyond the worker's own 5: 0.5 more. 4.25 × 16 = 68 tokens cached.
-        let c = candidate(&load(0, 7), 2, [2, 1, 0], 6, 160, &WEIGHTS);
+        let c = candidate(&load(0, 7, 2), [2, 1, 0], 6, 160, &WEIGHTS);
         assert_eq!(c.effective_overlap, 4.25);
         assert_eq!(c.prefill_tokens, 92.0);
         assert_eq!(c.logit, 92.0 / 16.0 + 7.0);
         // A shared cache holding less than the worker's own match adds nothing.
-        let c = candidate(&load(0, 7), 2, [2, 1, 0], 3, 160, &WEIGHTS);
+        let c = candidate(&load(0, 7, 2), [2, 1, 0], 3, 160, &WEIGHTS);
         assert_eq!(c.effective_overlap, 3.75);
     }
 
@@ -134,7 +132,7 @@ mod tests {
     fn cached_tokens_never_exceed_the_prompt_and_weight_scales_prefill() {
         let weights = Weights { overlap_score_weight: 2.0, ..WEIGHTS };
         // 40 tokens, 3 full-credit blocks = 48 tokens > 40: nothing left to prefill.
-        let c = candidate(&load(8, 5), 3, [0; 3], 0, 40, &weights);
+        let c = candidate(&load(8, 5, 3), [0; 3], 0, 40, &weights);
         assert_eq!(c.prefill_tokens, 8.0);
         assert_eq!(c.logit, 2.0 * 0.5 + 5.0);
     }

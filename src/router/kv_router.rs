@@ -204,7 +204,6 @@ impl KvRouter {
             ],
             shared: self.config.shared_cache_hit_weight,
         };
-        let device = cost::device_table(&scratch.tiers);
         let allowed = |worker: Worker| {
             request.allowed_workers.is_none_or(|ids| ids.contains(&worker.id))
                 && request.pinned_worker.is_none_or(|pinned| pinned == worker)
@@ -215,8 +214,7 @@ impl KvRouter {
         for load in &scratch.loads {
             if allowed(load.worker) && prefill_role(load.worker) {
                 let lower = cost::lower_tiers(&scratch.tiers, load.worker);
-                let depth = device.get(load.worker);
-                let candidate = cost::candidate(load, depth, lower, shared_hits, isl, &weights);
+                let candidate = cost::candidate(load, lower, shared_hits, isl, &weights);
                 scratch.candidates.push(candidate);
             }
         }

@@ -29,6 +29,8 @@ pub struct PotentialLoad {
     pub potential_tokens: usize,
     /// Prefill tokens it has to compute now, before the candidate.
     pub active_tokens: usize,
+    /// Leading blocks of the candidate in its KV cache, as given by the caller's overlaps.
+    pub overlap_blocks: u32,
     /// Requests in flight now.
     pub active_requests: usize,
 }
@@ -62,23 +64,14 @@ fn mix(worker: Worker) -> usize {
 impl OverlapTable {
     /// The table of `scores` (workers with a zero overlap need no entry).
     pub(crate) fn new(scores: &OverlapScores) -> Self {
-        Self::build(scores.len(), scores.iter())
-    }
-
-    /// The table of `(worker, depth)` pairs, each worker at most once.
-    pub(crate) fn from_pairs(pairs: &[(Worker, u32)]) -> Self {
-        Self::build(pairs.len(), pairs.iter().copied())
-    }
-
-    fn build(len: usize, pairs: impl Iterator<Item = (Worker, u32)>) -> Self {
-        let capacity = (len * 2).next_power_of_two().max(2);
+        let capacity = (scores.len() * 2).next_power_of_two().max(2);
         let slots = if capacity <= INLINE {
             Slots::Inline([EMPTY; INLINE])
         } else {
             Slots::Heap(vec![EMPTY; capacity])
         };
         let mut table = Self { slots, mask: capacity - 1 };
-        for (worker, depth) in pairs.filter(|&(_, depth)| depth > 0) {
+        for (worker, depth) in scores.iter().filter(|&(_, depth)| depth > 0) {
             let mut at = mix(worker) & table.mask;
             loop {
                 let slot = &mut table.slots_mut()[at];

@@ -51,7 +51,6 @@ pub use builder::{
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{AddRequestError, ConfigError, UnknownRequest};
-pub(crate) use load::OverlapTable;
 pub use load::{PotentialLoad, WorkerLoad};
 pub use multi::{MultiWorkerSequences, RemovedWorker, WorkerChanges};
 pub use peers::PeerEventError;

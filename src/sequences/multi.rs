@@ -321,7 +321,10 @@ impl Inner {
         out.reserve(self.workers.load(Ordering::Relaxed));
         let table = OverlapTable::new(overlaps);
         let block_size = self.block_size;
-        let new_tokens = |worker| saturating_prefill_tokens(isl, table.get(worker), block_size);
+        let new_tokens = |worker| {
+            let overlap = table.get(worker);
+            (overlap, saturating_prefill_tokens(isl, overlap, block_size))
+        };
         // Shards a writer holds right now are read last, so the wait overlaps other work.
         let mut busy = [0usize; 8];
         let mut busy_count = 0;

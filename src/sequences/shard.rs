@@ -215,11 +215,12 @@ impl Shard {
     }
 
     /// Appends every worker's potential load for `candidate` to `out`, with
-    /// `new_tokens(worker)` the prefill tokens the candidate would add on that worker.
+    /// `new_tokens(worker)` the worker's cached prefix of the candidate (blocks) and the prefill
+    /// tokens the candidate would add on that worker.
     pub(crate) fn potential_loads_into(
         &self,
         candidate: &[SequenceHash],
-        new_tokens: impl Fn(Worker) -> usize,
+        new_tokens: impl Fn(Worker) -> (u32, usize),
         out: &mut Vec<PotentialLoad>,
     ) {
         const ON_STACK: usize = 64;
@@ -235,11 +236,13 @@ impl Shard {
         out.reserve(self.slot_of.len());
         for (state, &depth) in self.slots.iter().zip(depths.iter()) {
             let Some(state) = state else { continue };
+            let (overlap_blocks, new_tokens) = new_tokens(state.worker);
             out.push(PotentialLoad {
                 worker: state.worker,
                 potential_blocks: state.active_blocks + (candidate.len() - depth),
-                potential_tokens: state.active_tokens + new_tokens(state.worker),
+                potential_tokens: state.active_tokens + new_tokens,
                 active_tokens: state.active_tokens,
+                overlap_blocks,
                 active_requests: state.requests.len(),
             });
         }
@@ -285,7 +288,7 @@ mod tests {
         assert_eq!(shard.load(b).map(|l| (l.active_blocks, l.active_tokens)), Some((2, 10)));
 
         let mut out = Vec::new();
-        shard.potential_loads_into(&hashes(&[1, 2, 3, 4]), |_| 7, &mut out);
+        shard.potential_loads_into(&hashes(&[1, 2, 3, 4]), |_| (0, 7), &mut out);
         let by_worker: Vec<_> =
             out.iter().map(|p| (p.worker.id.0, p.potential_blocks, p.potential_tokens)).collect();
         assert_eq!(by_worker, [(1, 3 + 1, 47), (2, 2 + 2, 17)]);
