@@ -5,8 +5,41 @@
 //!
 //! ## Usage
 //!
-//! Engines publish KV events; the index applies them and answers, per worker, how many leading
-//! blocks of a request it already holds.
+//! A gateway keeps one [`router::KvRouter`]: it registers the workers, hands in the KV events
+//! their engines publish, and asks, for every request, which worker should serve it.
+//!
+//! ```
+//! use kvroute::router::{KvRouter, RouteRequest, RouterConfig};
+//! use kvroute::{RouterEvent, StoredBlock, Worker};
+//!
+//! let router = KvRouter::new(RouterConfig::new(4))?; // 4-token KV blocks
+//! let (a, b) = (Worker::new(1, 0), Worker::new(2, 0));
+//! router.add_worker(a);
+//! router.add_worker(b);
+//!
+//! // Worker b's engine reports (a KV event) that it cached the first two blocks of a prompt.
+//! let prompt: Vec<u32> = (0..12).collect();
+//! let hashes = kvroute::hash::BlockHasher::new(4)?.hash_request(&prompt);
+//! let cached = vec![
+//!     StoredBlock { local: hashes.local[0], hash: 7001.into() },
+//!     StoredBlock { local: hashes.local[1], hash: 7002.into() },
+//! ];
+//! router.apply_event(RouterEvent::stored(b, 1, None, cached))?;
+//! router.flush()?; // only needed to see an event at once
+//!
+//! // Route the request and record it as in flight on the chosen worker.
+//! let request = RouteRequest::tokens(&prompt).with_id("req-1").update_states(true);
+//! let decision = router.route(&request)?;
+//! assert_eq!((decision.worker, decision.overlap_blocks), (b, 2));
+//!
+//! // As the engine reports progress:
+//! router.mark_prefill_completed(&"req-1".into())?;
+//! router.free(&"req-1".into())?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The layers below it stand on their own: the prefix index answers, per worker, how many
+//! leading blocks of a request it already holds.
 //!
 //! ```
 //! use kvroute::hash::BlockHasher;
@@ -72,6 +105,7 @@ pub use event::{
     ApplyError, ApplyErrorKind, DpRank, KvEvent, KvEventData, LocalBlockHash, RouterEvent,
     SequenceHash, StorageTier, StoredBlock, Worker, WorkerId,
 };
+pub use router::{KvRouter, RouteDecision, RouteRequest, RouterConfig};
 pub use scores::{OverlapScores, TieredScores};
 pub use sequences::{
     ActiveSequences, MultiWorkerSequences, PotentialLoad, RequestId, SequenceEvent,

@@ -463,3 +463,51 @@ mod approximate {
         assert_eq!((stats.pruned_blocks, stats.presumed_blocks), (7, 4));
     }
 }
+
+mod replicas {
+    use super::*;
+    use kvroute::router::RouterConfigError;
+    use kvroute::sequences::{SequenceEvent, SequencePublisher};
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Outbox(Arc<Mutex<Vec<SequenceEvent>>>);
+
+    impl SequencePublisher for Outbox {
+        fn publish(&self, event: SequenceEvent) {
+            self.0.lock().unwrap().push(event);
+        }
+    }
+
+    #[test]
+    fn replica_sync_needs_a_publisher() {
+        let config = RouterConfig { replica_sync: true, ..config() };
+        assert_eq!(KvRouter::new(config).unwrap_err(), RouterConfigError::MissingPublisher);
+    }
+
+    #[test]
+    fn a_peer_router_sees_the_requests_this_one_routes() {
+        let outbox = Outbox::default();
+        let synced = RouterConfig { replica_sync: true, ..config() };
+        let one = KvRouter::builder(synced.clone()).publisher(1, outbox.clone()).build().unwrap();
+        let two = KvRouter::builder(synced).publisher(2, Outbox::default()).build().unwrap();
+        for router in [&one, &two] {
+            router.add_worker(A);
+            router.add_worker(B);
+        }
+        let tokens = prompt(3);
+        let d = one.route(&RouteRequest::tokens(&tokens).with_id("r").update_states(true)).unwrap();
+        for event in outbox.0.lock().unwrap().drain(..) {
+            two.sequences().apply_peer_event(event).unwrap();
+        }
+        two.sequences().flush_peer_events().unwrap();
+        assert_eq!(two.sequences().load(d.worker), one.sequences().load(d.worker));
+        assert_eq!(two.sequences().load(d.worker).unwrap().active_requests, 1);
+        // Replica sync off: nothing is published.
+        let quiet = Outbox::default();
+        let three = KvRouter::builder(config()).publisher(3, quiet.clone()).build().unwrap();
+        three.add_worker(A);
+        three.route(&RouteRequest::tokens(&tokens).with_id("q").update_states(true)).unwrap();
+        assert!(quiet.0.lock().unwrap().is_empty());
+    }
+}

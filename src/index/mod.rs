@@ -2,6 +2,8 @@
 //!
 //! - [`EventPool`] is the concurrent index: lock-free queries on the caller's thread, events
 //!   applied by sticky per-worker lanes.
+//! - [`TieredIndex`] keeps one [`EventPool`] per storage tier and scores the lower tiers as
+//!   continuations of the device match.
 //! - [`ReferenceIndex`] is the single-threaded oracle: short and obviously correct; every faster
 //!   structure is checked against it.
 
