@@ -17,11 +17,15 @@
 
 use std::path::PathBuf;
 
+mod closed_loop;
+mod engine;
 mod fleet;
 mod kv_manager;
 pub mod load;
 pub mod trace;
 
+pub use closed_loop::{Policy, SimConfig, SimError, SimInput, SimResult, TimelinePoint, simulate};
+pub use engine::{Admitted, Engine, EngineModel};
 pub use fleet::{
     Fleet, FleetConfig, FleetConfigError, FleetReplay, FleetStats, Routing, Served, WorkerStats,
     replay_fleet, try_replay_fleet,
