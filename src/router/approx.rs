@@ -7,13 +7,13 @@
 //! not routed again within the TTL expires, and a worker past `max_blocks` is pruned to
 //! `prune_target` of it, least recently routed first.
 //!
-//! A block is routed whenever any request through it is, so it is never older than a block
-//! below it; ties go deepest first. Expiry and pruning therefore take tails before their
-//! prefixes, and the index never holds a block whose parent was forgotten. A worker's events
+//! A block is routed whenever any request through it is, and a request's blocks are touched
+//! deepest first, so a block is always more recent than the blocks below it: expiry and
+//! pruning take tails before their prefixes, and the index never holds a block whose parent
+//! was forgotten. A worker's events
 //! are sent while its entry is locked, so they reach its lane in the order they were decided.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::event::{LocalBlockHash, RouterEvent, SequenceHash, StoredBlock, Worker, WorkerId};
@@ -24,33 +24,102 @@ use crate::sync::{AtomicU64, Mutex, Ordering};
 
 const SHARDS: usize = 16;
 
-/// One worker's presumed cache: when each block was last routed there.
-#[derive(Debug, Default)]
+/// One worker's presumed cache: its blocks in least-recently-routed order, as a doubly linked
+/// list threaded through a slab (one hash lookup per touch; eviction pops the old end).
+#[derive(Debug)]
 struct PresumedCache {
-    /// Block → (tick, depth).
-    blocks: HashMap<SequenceHash, (u64, u32), ahash::RandomState>,
-    /// Eviction order: oldest tick first, deepest first among equals.
-    order: BTreeSet<(u64, Reverse<u32>, SequenceHash)>,
+    /// Block → its slot in `nodes`.
+    slots: HashMap<SequenceHash, u32, ahash::RandomState>,
+    nodes: Vec<Node>,
+    /// Slots of evicted blocks, for reuse.
+    free: Vec<u32>,
+    /// The least and most recently routed blocks' slots.
+    oldest: u32,
+    newest: u32,
+}
+
+const NONE: u32 = u32::MAX;
+
+#[derive(Clone, Copy, Debug)]
+struct Node {
+    hash: SequenceHash,
+    tick: u64,
+    /// Neighbours towards the old and the new end (`NONE` at the ends).
+    older: u32,
+    newer: u32,
 }
 
 impl PresumedCache {
-    fn touch(&mut self, hash: SequenceHash, depth: u32, tick: u64) {
-        if let Some(old) = self.blocks.insert(hash, (tick, depth)) {
-            self.order.remove(&(old.0, Reverse(old.1), hash));
-        }
-        self.order.insert((tick, Reverse(depth), hash));
+    fn empty() -> Self {
+        let slots = HashMap::default();
+        Self { slots, nodes: Vec::new(), free: Vec::new(), oldest: NONE, newest: NONE }
     }
 
-    /// Takes the oldest blocks while `take` says so.
+    fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Moves `hash` (inserted if new) to the new end, stamped `tick`.
+    fn touch(&mut self, hash: SequenceHash, tick: u64) {
+        let slot = match self.slots.get(&hash) {
+            Some(&slot) => {
+                self.unlink(slot);
+                slot
+            }
+            None => {
+                let node = Node { hash, tick, older: NONE, newer: NONE };
+                let slot = match self.free.pop() {
+                    Some(slot) => {
+                        self.nodes[slot as usize] = node;
+                        slot
+                    }
+                    None => {
+                        self.nodes.push(node);
+                        (self.nodes.len() - 1) as u32
+                    }
+                };
+                self.slots.insert(hash, slot);
+                slot
+            }
+        };
+        let node = &mut self.nodes[slot as usize];
+        (node.tick, node.older, node.newer) = (tick, self.newest, NONE);
+        match self.newest {
+            NONE => self.oldest = slot,
+            newest => self.nodes[newest as usize].newer = slot,
+        }
+        self.newest = slot;
+    }
+
+    fn unlink(&mut self, slot: u32) {
+        let Node { older, newer, .. } = self.nodes[slot as usize];
+        match older {
+            NONE => self.oldest = newer,
+            older => self.nodes[older as usize].newer = newer,
+        }
+        match newer {
+            NONE => self.newest = older,
+            newer => self.nodes[newer as usize].older = older,
+        }
+    }
+
+    /// Takes the least recently routed blocks while `take(tick, len)` says so.
     fn evict_while(&mut self, mut take: impl FnMut(u64, usize) -> bool) -> Vec<SequenceHash> {
         let mut evicted = Vec::new();
-        while let Some(&(tick, _, hash)) = self.order.first() {
-            if !take(tick, self.blocks.len()) {
+        while self.oldest != NONE {
+            let slot = self.oldest;
+            let Node { hash, tick, .. } = self.nodes[slot as usize];
+            if !take(tick, self.len()) {
                 break;
             }
-            self.order.pop_first();
-            self.blocks.remove(&hash);
+            self.unlink(slot);
+            self.slots.remove(&hash);
+            self.free.push(slot);
             evicted.push(hash);
+        }
+        if self.slots.is_empty() {
+            // Nothing live: give the memory back rather than keep a worker's peak.
+            *self = Self::empty();
         }
         evicted
     }
@@ -125,9 +194,10 @@ impl ApproxTracker {
         }
         let tick = self.tick(now);
         let mut shard = self.shard(worker).lock();
-        let cache = shard.entry(worker).or_default();
-        for (depth, &hash) in sequence.iter().enumerate() {
-            cache.touch(hash, depth as u32, tick);
+        let cache = shard.entry(worker).or_insert_with(PresumedCache::empty);
+        // Deepest first, so a prefix is always more recent than the blocks below it.
+        for &hash in sequence.iter().rev() {
+            cache.touch(hash, tick);
         }
         let blocks = local.iter().zip(sequence).map(|(&local, &hash)| StoredBlock { local, hash });
         index.apply_blocking(RouterEvent::stored(
@@ -136,7 +206,7 @@ impl ApproxTracker {
             None,
             blocks.collect(),
         ))?;
-        if cache.blocks.len() > self.config.max_blocks {
+        if cache.len() > self.config.max_blocks {
             let target = (self.config.max_blocks as f64 * self.config.prune_target) as usize;
             let pruned = cache.evict_while(|_, len| len > target);
             self.pruned.fetch_add(pruned.len() as u64, Ordering::Relaxed);
@@ -181,7 +251,7 @@ impl ApproxTracker {
                     index.apply_blocking(RouterEvent::removed(worker, self.event_id(), expired))?;
                 }
             }
-            shard.retain(|_, cache| !cache.blocks.is_empty());
+            shard.retain(|_, cache| cache.len() > 0);
         }
         Ok(())
     }
@@ -195,7 +265,7 @@ impl ApproxTracker {
 
     pub(crate) fn stats(&self) -> ApproxStats {
         let presumed =
-            self.shards.iter().map(|s| s.lock().values().map(|c| c.blocks.len()).sum::<usize>());
+            self.shards.iter().map(|s| s.lock().values().map(PresumedCache::len).sum::<usize>());
         ApproxStats {
             decisions: self.decisions.load(Ordering::Relaxed),
             expired_blocks: self.expired.load(Ordering::Relaxed),
@@ -207,4 +277,44 @@ impl ApproxTracker {
 
 fn duration_ticks(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_presumed_cache_evicts_in_least_recently_touched_order() {
+        // A naive model: (last touch order, hash), oldest first.
+        let mut cache = PresumedCache::empty();
+        let mut model: Vec<(u64, u64)> = Vec::new();
+        let mut order = 0;
+        let mut state = 7u64;
+        for step in 0..2_000u64 {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let hash = (state >> 33) % 64;
+            if step % 7 == 6 {
+                let keep = (state >> 20) as usize % 40;
+                let evicted = cache.evict_while(|_, len| len > keep);
+                model.sort_unstable();
+                let expected: Vec<SequenceHash> = model
+                    .drain(..model.len().saturating_sub(keep))
+                    .map(|(_, h)| SequenceHash(h))
+                    .collect();
+                assert_eq!(evicted, expected);
+            } else {
+                order += 1;
+                cache.touch(SequenceHash(hash), step);
+                model.retain(|&(_, h)| h != hash);
+                model.push((order, hash));
+            }
+            assert_eq!(cache.len(), model.len());
+        }
+        let expired = cache.evict_while(|tick, _| tick < 1_000);
+        assert!(expired.iter().all(|h| !cache.slots.contains_key(h)));
+        assert!(cache.evict_while(|_, _| true).len() + expired.len() >= 1);
+        assert_eq!(cache.len(), 0);
+    }
 }
