@@ -10,7 +10,8 @@
 //! trackers given the same requests, three in four with their prefill done.
 //!
 //! Queries: trace requests as 128-block prompts of 64-token blocks (8,192 tokens: the
-//! request's own tokens, cut there or padded with tokens no one holds).
+//! request's own tokens, cut there or padded with tokens no one holds), each copied into one
+//! buffer (untimed) right before its decision, as tokens fresh from a tokenizer would be.
 //!
 //! Dynamo's path, as its router runs it for a query-only decision and all synchronous (its
 //! async wrappers only add a future): **hash** `compute_block_hash_for_seq` and
@@ -23,7 +24,8 @@
 //! `MultiWorkerSequences::potential_loads`), select being the rest of the call.
 //!
 //! Totals are timed without stage timers; stages in a separate pass. Both subjects are timed
-//! in alternating rounds in one process, so machine noise weighs on both alike.
+//! in alternating rounds in one process (each round: every prompt in a row by one subject,
+//! then by the other), so machine noise weighs on both alike.
 
 use std::collections::{HashMap, HashSet};
 use std::hint::black_box;
@@ -74,7 +76,9 @@ fn parse_args() -> Result<Args, String> {
             "--runs" => args.runs = value("--runs")?,
             "--queries" => args.queries = value("--queries")?,
             other => {
-                return Err(format!("unknown flag {other}; usage: router [--runs N] [--queries Q]"));
+                return Err(format!(
+                    "unknown flag {other}; usage: router [--runs N] [--queries Q]"
+                ));
             }
         }
     }
@@ -339,21 +343,40 @@ fn measure(dynamo: &Dynamo, ours: &Ours, prompts: &[Vec<u32>]) -> Timings {
         t.same_overlap += usize::from(their_overlap.round() as u32 == my_overlap);
         t.decisions += 1;
     }
+    // Rounds alternate which subject goes first; within a round each times every prompt in a
+    // row, as a router serving a stream of requests would.
     for round in 0..ROUNDS {
-        for tokens in prompts {
-            if round % 2 == 0 {
-                t.dynamo.push(time(|| dynamo.route(tokens, None)));
-                t.ours.push(time(|| ours.route(tokens)));
-            } else {
-                t.ours.push(time(|| ours.route(tokens)));
-                t.dynamo.push(time(|| dynamo.route(tokens, None)));
+        // Each prompt is copied into one buffer before its (timed) decision: a router gets
+        // the tokens fresh from its tokenizer, in cache, not from 32 MB of stored prompts.
+        let mut fresh = Vec::with_capacity(PROMPT_TOKENS);
+        let mut dynamo_round = |samples: &mut Vec<u64>| {
+            for tokens in prompts {
+                fresh.clone_from(tokens);
+                samples.push(time(|| dynamo.route(&fresh, None)));
             }
+        };
+        let mut fresh = Vec::with_capacity(PROMPT_TOKENS);
+        let mut our_round = |samples: &mut Vec<u64>| {
+            for tokens in prompts {
+                fresh.clone_from(tokens);
+                samples.push(time(|| ours.route(&fresh)));
+            }
+        };
+        if round % 2 == 0 {
+            dynamo_round(&mut t.dynamo);
+            our_round(&mut t.ours);
+        } else {
+            our_round(&mut t.ours);
+            dynamo_round(&mut t.dynamo);
         }
     }
     let (mut hashes, mut bytes) = (RequestHashes::default(), Vec::new());
+    let mut fresh = Vec::with_capacity(PROMPT_TOKENS);
     for tokens in prompts {
-        dynamo.route(tokens, Some(&mut t.dynamo_stages));
-        let stages = ours.stages(tokens, &mut hashes, &mut bytes);
+        fresh.clone_from(tokens);
+        dynamo.route(&fresh, Some(&mut t.dynamo_stages));
+        fresh.clone_from(tokens);
+        let stages = ours.stages(&fresh, &mut hashes, &mut bytes);
         for (sum, ns) in t.our_stages.iter_mut().zip(stages) {
             *sum += ns;
         }
