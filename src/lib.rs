@@ -90,6 +90,7 @@ pub mod event;
 pub mod hash;
 pub mod index;
 pub mod pool;
+pub mod recovery;
 pub mod router;
 mod scores;
 pub mod sequences;

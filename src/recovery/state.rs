@@ -1,0 +1,334 @@
+//! The recovery state machine: single-threaded, no I/O, so it can be checked directly.
+//!
+//! Per stream it holds a [`Cursor`], a phase (live, waiting to fetch, fetching) and a buffer of
+//! live events by id. Its inputs are events, fetch results and removals; its outputs are
+//! [`Action`]s for the index, in order, and [`Job`]s for the recovery source.
+//!
+//! Invariants: a live stream's buffer is empty; a buffered event's id is past the cursor; a
+//! fetch result counts only if its job's epoch is the stream's current one (a barrier, a
+//! restart or a newer fetch bumps the epoch, so stale results are dropped when they return).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use crate::event::{KvEventData, RouterEvent, StorageTier, Worker, WorkerId};
+
+use super::config::RecoveryConfig;
+use super::cursor::{Cursor, Verdict};
+use super::source::{Recovered, RecoveryError};
+use super::stats::{RecoveryStats, StreamStats};
+
+/// One event stream: a worker's dp_rank in one tier.
+pub type StreamKey = (Worker, StorageTier);
+
+/// What the index must do, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// Apply the event.
+    Apply(RouterEvent),
+    /// Drop the stream's state (before a full restore's events).
+    Clear(Worker, StorageTier),
+}
+
+/// What a recovery asks the source for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobKind {
+    /// The events from this id on.
+    Since(u64),
+    /// A full dump.
+    Full,
+}
+
+/// One fetch to run against the recovery source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Job {
+    /// The stream.
+    pub stream: StreamKey,
+    /// What to fetch.
+    pub kind: JobKind,
+    epoch: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Live,
+    Waiting { kind: JobKind, at: Instant },
+    Fetching(Job),
+}
+
+#[derive(Debug)]
+struct Stream {
+    cursor: Cursor,
+    phase: Phase,
+    buffer: BTreeMap<u64, RouterEvent>,
+    epoch: u64,
+    failures: u32,
+    gap_since: Option<Instant>,
+    stats: StreamStats,
+}
+
+impl Stream {
+    fn new() -> Self {
+        Self {
+            cursor: Cursor::Initial,
+            phase: Phase::Live,
+            buffer: BTreeMap::new(),
+            epoch: 0,
+            failures: 0,
+            gap_since: None,
+            stats: StreamStats::default(),
+        }
+    }
+
+    /// Starts (or restarts) a recovery: any fetch in flight is overtaken.
+    fn start(&mut self, kind: JobKind, now: Instant) {
+        self.epoch += 1;
+        self.failures = 0;
+        self.phase = Phase::Waiting { kind, at: now };
+        self.gap_since.get_or_insert(now);
+    }
+
+    fn recovering(&self) -> bool {
+        self.phase != Phase::Live
+    }
+}
+
+/// Every stream's recovery state.
+#[derive(Debug)]
+pub(crate) struct RecoveryState {
+    config: RecoveryConfig,
+    streams: HashMap<StreamKey, Stream>,
+    orphan_results: u64,
+}
+
+impl RecoveryState {
+    pub(crate) fn new(config: RecoveryConfig) -> Self {
+        Self { config, streams: HashMap::new(), orphan_results: 0 }
+    }
+
+    /// An incoming live event.
+    pub(crate) fn on_event(&mut self, event: RouterEvent, now: Instant, out: &mut Vec<Action>) {
+        let capacity = self.config.buffer_capacity;
+        let stream = self.streams.entry((event.worker(), event.tier)).or_insert_with(Stream::new);
+        let id = event.event.event_id;
+        let verdict = stream.cursor.classify(id);
+        if matches!(event.event.data, KvEventData::Cleared) && verdict != Verdict::Stale {
+            return barrier(stream, event, now, out);
+        }
+        match verdict {
+            Verdict::Stale => stream.stats.duplicates += 1,
+            Verdict::Restore => {
+                if stream.cursor.last_applied().is_some() {
+                    // Numbered from the start again: the worker restarted.
+                    stream.stats.restarts += 1;
+                    stream.cursor = Cursor::InvalidatedByBarrier;
+                    stream.buffer.clear();
+                    stream.start(JobKind::Full, now);
+                } else if !matches!(stream.phase, Phase::Waiting { kind: JobKind::Full, .. })
+                    && !matches!(stream.phase, Phase::Fetching(Job { kind: JobKind::Full, .. }))
+                {
+                    stream.start(JobKind::Full, now);
+                }
+                buffer(stream, event, capacity, now);
+            }
+            Verdict::Apply | Verdict::Gap { .. } if stream.recovering() => {
+                buffer(stream, event, capacity, now)
+            }
+            Verdict::Apply => {
+                out.push(Action::Apply(event));
+                stream.cursor = Cursor::Live(id);
+            }
+            Verdict::Gap { from } => {
+                stream.stats.gaps += 1;
+                buffer(stream, event, capacity, now);
+                stream.start(JobKind::Since(from), now);
+            }
+        }
+    }
+
+    /// Fetches due now; each moves its stream to fetching.
+    pub(crate) fn due_jobs(&mut self, now: Instant) -> Vec<Job> {
+        let mut jobs = Vec::new();
+        for (&key, stream) in &mut self.streams {
+            if let Phase::Waiting { kind, at } = stream.phase
+                && at <= now
+            {
+                let job = Job { stream: key, kind, epoch: stream.epoch };
+                stream.phase = Phase::Fetching(job);
+                jobs.push(job);
+            }
+        }
+        jobs.sort_by_key(|job| job.stream);
+        jobs
+    }
+
+    /// The earliest time a waiting stream's fetch is due, if any is waiting.
+    pub(crate) fn next_due(&self) -> Option<Instant> {
+        let waits = self.streams.values().filter_map(|stream| match stream.phase {
+            Phase::Waiting { at, .. } => Some(at),
+            _ => None,
+        });
+        waits.min()
+    }
+
+    /// A fetch's result.
+    pub(crate) fn on_result(
+        &mut self,
+        job: Job,
+        result: Result<Recovered, RecoveryError>,
+        now: Instant,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(stream) = self.streams.get_mut(&job.stream) else {
+            self.orphan_results += 1;
+            return;
+        };
+        if stream.phase != Phase::Fetching(job) {
+            stream.stats.discarded_results += 1;
+            return;
+        }
+        let (worker, tier) = job.stream;
+        match (job.kind, result) {
+            (_, Ok(Recovered::Dump(dump))) => {
+                out.push(Action::Clear(worker, tier));
+                out.extend(dump.events.into_iter().map(Action::Apply));
+                stream.cursor = Cursor::Live(dump.last_event_id);
+                stream.stats.restores += 1;
+                stream.phase = Phase::Live;
+                drain(stream, now, out);
+            }
+            (JobKind::Since(from), Ok(Recovered::Events(events))) => {
+                let Cursor::Live(last) = stream.cursor else {
+                    unreachable!("an incremental fetch starts only from a live cursor")
+                };
+                for event in events {
+                    let id = event.event.event_id;
+                    if id > last && event.worker() == worker && event.tier == tier {
+                        stream.buffer.entry(id).or_insert(event);
+                    }
+                }
+                if !stream.buffer.contains_key(&from) {
+                    // The source did not have what it was asked for: a failed attempt.
+                    return failed(stream, &self.config, job.kind, now);
+                }
+                stream.stats.incremental_recoveries += 1;
+                stream.phase = Phase::Live;
+                drain(stream, now, out);
+            }
+            (JobKind::Full, Ok(Recovered::Events(_))) | (_, Err(_)) => {
+                failed(stream, &self.config, job.kind, now);
+            }
+        }
+    }
+
+    /// Forgets every stream of worker `id` (recoveries in flight are dropped when they return).
+    pub(crate) fn remove_worker(&mut self, id: WorkerId) {
+        self.streams.retain(|(worker, _), _| worker.id != id);
+    }
+
+    /// Marks a stream's state as lost: its next event (or now, if `now` is given) starts a full
+    /// restore.
+    pub(crate) fn invalidate(&mut self, key: StreamKey, now: Instant) {
+        let stream = self.streams.entry(key).or_insert_with(Stream::new);
+        stream.cursor = Cursor::InvalidatedByBarrier;
+        stream.buffer.clear();
+        stream.start(JobKind::Full, now);
+    }
+
+    pub(crate) fn stats(&self) -> RecoveryStats {
+        let mut streams: Vec<_> = self
+            .streams
+            .iter()
+            .map(|(&key, stream)| {
+                let mut stats = stream.stats.clone();
+                stats.cursor = stream.cursor;
+                stats.recovering = stream.recovering();
+                stats.buffered = stream.buffer.len();
+                (key, stats)
+            })
+            .collect();
+        streams.sort_by_key(|(key, _)| *key);
+        RecoveryStats { streams, orphan_results: self.orphan_results }
+    }
+}
+
+/// Keeps a live event for after the recovery; a full buffer drops its oldest and asks for a
+/// full restore instead (the dropped event may have been the one the gap needs).
+fn buffer(stream: &mut Stream, event: RouterEvent, capacity: usize, now: Instant) {
+    let id = event.event.event_id;
+    if stream.buffer.contains_key(&id) {
+        stream.stats.duplicates += 1;
+        return;
+    }
+    if stream.buffer.len() >= capacity {
+        stream.buffer.pop_first();
+        stream.stats.buffer_overflows += 1;
+        let restoring = matches!(
+            stream.phase,
+            Phase::Waiting { kind: JobKind::Full, .. }
+                | Phase::Fetching(Job { kind: JobKind::Full, .. })
+        );
+        if !restoring {
+            stream.start(JobKind::Full, now);
+        }
+    }
+    stream.buffer.insert(id, event);
+}
+
+/// A `Cleared` past the cursor: everything before it is moot. Applies it, drops what was
+/// buffered before it and any recovery in flight, and goes on from it.
+fn barrier(stream: &mut Stream, event: RouterEvent, now: Instant, out: &mut Vec<Action>) {
+    let id = event.event.event_id;
+    out.push(Action::Apply(event));
+    stream.cursor = Cursor::Live(id);
+    stream.epoch += 1;
+    stream.phase = Phase::Live;
+    stream.failures = 0;
+    stream.stats.barriers += 1;
+    drain(stream, now, out);
+}
+
+/// Applies the buffered events that follow the cursor, in order. Left with a gap, starts a
+/// recovery from the first missing id; left empty, the stream is live and its gap healed.
+fn drain(stream: &mut Stream, now: Instant, out: &mut Vec<Action>) {
+    let Cursor::Live(mut last) = stream.cursor else { return };
+    // The already-applied prefix goes in one step.
+    let keep = stream.buffer.split_off(&(last + 1));
+    stream.stats.duplicates += stream.buffer.len() as u64;
+    stream.buffer = keep;
+    while let Some(entry) = stream.buffer.first_entry() {
+        if *entry.key() != last + 1 {
+            break;
+        }
+        last += 1;
+        out.push(Action::Apply(entry.remove()));
+    }
+    stream.cursor = Cursor::Live(last);
+    if stream.buffer.is_empty() {
+        stream.phase = Phase::Live;
+        if let Some(since) = stream.gap_since.take() {
+            let took = now.saturating_duration_since(since);
+            stream.stats.healed += 1;
+            stream.stats.last_heal = Some(took);
+            stream.stats.max_heal = stream.stats.max_heal.max(Some(took));
+        }
+    } else {
+        stream.stats.gaps += 1;
+        let since = stream.gap_since;
+        stream.start(JobKind::Since(last + 1), now);
+        stream.gap_since = since.or(Some(now));
+    }
+}
+
+/// A fetch failed: retry after the backoff, falling back to a full restore after too many
+/// failed incremental attempts.
+fn failed(stream: &mut Stream, config: &RecoveryConfig, kind: JobKind, now: Instant) {
+    stream.stats.failed_fetches += 1;
+    stream.failures += 1;
+    let kind = match kind {
+        JobKind::Since(_) if stream.failures >= config.incremental_attempts => JobKind::Full,
+        kind => kind,
+    };
+    let wait: Duration = config.backoff_after(stream.failures);
+    stream.phase = Phase::Waiting { kind, at: now + wait };
+}

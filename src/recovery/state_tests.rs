@@ -1,0 +1,194 @@
+//! The state machine's cases, one decision at a time.
+
+use std::time::{Duration, Instant};
+
+use super::state::{Action, RecoveryState};
+use super::*;
+use crate::event::{RouterEvent, StorageTier, StoredBlock, Worker};
+
+const W: Worker = Worker::new(1, 0);
+const KEY: StreamKey = (W, StorageTier::Device);
+
+fn stored(id: u64) -> RouterEvent {
+    RouterEvent::stored(W, id, None, vec![StoredBlock::new(id, id + 1_000)])
+}
+
+fn applied(actions: &[Action]) -> Vec<u64> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Apply(e) => Some(e.event.event_id),
+            Action::Clear(..) => None,
+        })
+        .collect()
+}
+
+/// A state whose stream is live at `cursor` (a `Cleared` barrier put it there).
+fn live_at(cursor: u64, now: Instant) -> RecoveryState {
+    let mut state = RecoveryState::new(RecoveryConfig::default());
+    let mut out = Vec::new();
+    state.on_event(RouterEvent::cleared(W, cursor), now, &mut out);
+    assert_eq!(applied(&out), [cursor]);
+    state
+}
+
+fn stream(state: &RecoveryState) -> StreamStats {
+    state.stats().stream(W, StorageTier::Device).cloned().expect("the stream")
+}
+
+#[test]
+fn cursor_at_35_with_1_to_40_queued_applies_36_first_then_37_to_40_in_order() {
+    let now = Instant::now();
+    let mut state = live_at(35, now);
+    let mut out = Vec::new();
+    for id in (37..=40).rev() {
+        state.on_event(stored(id), now, &mut out);
+    }
+    assert!(out.is_empty(), "nothing past a gap is applied");
+    let jobs = state.due_jobs(now);
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].kind, JobKind::Since(36));
+    // The source answers with more than asked: 1..=40.
+    let events = (1..=40).map(stored).collect();
+    state.on_result(jobs[0], Ok(Recovered::Events(events)), now, &mut out);
+    assert_eq!(applied(&out), [36, 37, 38, 39, 40]);
+    let stats = stream(&state);
+    assert_eq!((stats.cursor, stats.recovering, stats.buffered), (Cursor::Live(40), false, 0));
+    assert_eq!((stats.gaps, stats.incremental_recoveries, stats.healed), (1, 1, 1));
+    assert!(state.due_jobs(now + Duration::from_secs(9)).is_empty());
+}
+
+#[test]
+fn a_stale_gappy_queue_behind_cursor_20_completes_with_nothing_pending() {
+    let now = Instant::now();
+    let mut state = live_at(10, now);
+    let mut out = Vec::new();
+    for id in [13, 14, 18, 19] {
+        state.on_event(stored(id), now, &mut out);
+    }
+    let jobs = state.due_jobs(now);
+    assert_eq!(jobs[0].kind, JobKind::Since(11));
+    // The source has moved on: its dump covers up to 20.
+    let dump = Dump { events: vec![stored(20)], last_event_id: 20 };
+    state.on_result(jobs[0], Ok(Recovered::Dump(dump)), now, &mut out);
+    assert_eq!(out[0], Action::Clear(W, StorageTier::Device));
+    assert_eq!(applied(&out[1..]), [20]);
+    let stats = stream(&state);
+    assert_eq!((stats.cursor, stats.recovering, stats.buffered), (Cursor::Live(20), false, 0));
+    assert_eq!(stats.duplicates, 4, "13, 14, 18 and 19 pruned in one step");
+    assert!(state.due_jobs(now).is_empty(), "nothing pending");
+}
+
+#[test]
+fn the_first_event_of_a_stream_waits_for_a_full_restore() {
+    let now = Instant::now();
+    let mut state = RecoveryState::new(RecoveryConfig::default());
+    let mut out = Vec::new();
+    state.on_event(stored(5), now, &mut out);
+    state.on_event(stored(6), now, &mut out);
+    assert!(out.is_empty());
+    let jobs = state.due_jobs(now);
+    assert_eq!(jobs.iter().map(|j| j.kind).collect::<Vec<_>>(), [JobKind::Full]);
+    let dump = Dump { events: vec![stored(3)], last_event_id: 4 };
+    state.on_result(jobs[0], Ok(Recovered::Dump(dump)), now, &mut out);
+    assert_eq!(applied(&out), [3, 5, 6]);
+    assert_eq!(stream(&state).restores, 1);
+}
+
+#[test]
+fn a_cleared_barrier_drops_the_fetch_in_flight_and_what_was_buffered_before_it() {
+    let now = Instant::now();
+    let mut state = live_at(1, now);
+    let mut out = Vec::new();
+    state.on_event(stored(4), now, &mut out);
+    state.on_event(stored(9), now, &mut out);
+    let job = state.due_jobs(now)[0];
+    state.on_event(RouterEvent::cleared(W, 7), now, &mut out);
+    assert_eq!(applied(&out), [7], "the barrier applies at once");
+    // 9 follows a new gap (8): a fresh fetch; the old one's result is thrown away.
+    state.on_result(job, Ok(Recovered::Events((2..=9).map(stored).collect())), now, &mut out);
+    assert_eq!(applied(&out), [7]);
+    assert_eq!(stream(&state).discarded_results, 1);
+    let jobs = state.due_jobs(now);
+    assert_eq!(jobs[0].kind, JobKind::Since(8));
+    state.on_result(jobs[0], Ok(Recovered::Events(vec![stored(8)])), now, &mut out);
+    assert_eq!(applied(&out), [7, 8, 9]);
+}
+
+#[test]
+fn a_restarted_worker_is_restored_not_ignored() {
+    let now = Instant::now();
+    let mut state = live_at(50, now);
+    let mut out = Vec::new();
+    state.on_event(stored(1), now, &mut out);
+    state.on_event(stored(2), now, &mut out);
+    assert!(out.is_empty());
+    let job = state.due_jobs(now)[0];
+    assert_eq!(job.kind, JobKind::Full);
+    let dump = Dump { events: vec![stored(1)], last_event_id: 1 };
+    state.on_result(job, Ok(Recovered::Dump(dump)), now, &mut out);
+    assert_eq!(out[0], Action::Clear(W, StorageTier::Device));
+    assert_eq!(applied(&out), [1, 2]);
+    assert_eq!(stream(&state).restarts, 1);
+}
+
+#[test]
+fn failed_fetches_back_off_then_fall_back_to_a_full_restore() {
+    let now = Instant::now();
+    let mut state = live_at(1, now);
+    let mut out = Vec::new();
+    state.on_event(stored(3), now, &mut out);
+    let mut at = now;
+    for attempt in 1..=3 {
+        let job = state.due_jobs(at)[0];
+        assert_eq!(job.kind, JobKind::Since(2), "attempt {attempt}");
+        let error = RecoveryError::Unavailable("down".into());
+        state.on_result(job, Err(error), at, &mut out);
+        assert!(state.due_jobs(at).is_empty(), "backing off");
+        at = state.next_due().expect("a retry is scheduled");
+    }
+    assert_eq!(at - now, Duration::from_millis(10 + 20 + 40));
+    assert_eq!(state.due_jobs(at)[0].kind, JobKind::Full, "three failures: a full restore");
+    assert_eq!(stream(&state).failed_fetches, 3);
+}
+
+#[test]
+fn a_full_buffer_drops_its_oldest_and_asks_for_a_full_restore() {
+    let now = Instant::now();
+    let config = RecoveryConfig { buffer_capacity: 3, ..RecoveryConfig::default() };
+    let mut state = RecoveryState::new(config);
+    let mut out = Vec::new();
+    state.on_event(RouterEvent::cleared(W, 1), now, &mut out);
+    for id in 3..=6 {
+        state.on_event(stored(id), now, &mut out);
+    }
+    let stats = stream(&state);
+    assert_eq!((stats.buffered, stats.buffer_overflows), (3, 1));
+    assert_eq!(state.due_jobs(now)[0].kind, JobKind::Full);
+}
+
+#[test]
+fn results_for_a_removed_worker_are_dropped() {
+    let now = Instant::now();
+    let mut state = live_at(1, now);
+    let mut out = Vec::new();
+    state.on_event(stored(3), now, &mut out);
+    let job = state.due_jobs(now)[0];
+    state.remove_worker(W.id);
+    state.on_result(job, Ok(Recovered::Events(vec![stored(2)])), now, &mut out);
+    assert!(out.is_empty());
+    assert_eq!(state.stats().orphan_results, 1);
+    assert!(state.stats().stream(KEY.0, KEY.1).is_none());
+}
+
+#[test]
+fn duplicates_are_dropped_and_counted() {
+    let now = Instant::now();
+    let mut state = live_at(1, now);
+    let mut out = Vec::new();
+    for id in [2, 2, 3, 2, 3] {
+        state.on_event(stored(id), now, &mut out);
+    }
+    assert_eq!(applied(&out), [2, 3]);
+    assert_eq!(stream(&state).duplicates, 3);
+}
