@@ -21,15 +21,12 @@ mod imp {
     /// The mutex and condition variable behind [`super::Gate`].
     pub use std::sync::{Condvar as GateCondvar, Mutex as GateMutex};
 
-    /// Spawns a named OS thread.
-    pub fn spawn<F>(name: String, body: F) -> JoinHandle<()>
+    /// Spawns a named OS thread; fails if the OS will not start one (limits, memory).
+    pub fn spawn<F>(name: String, body: F) -> std::io::Result<JoinHandle<()>>
     where
         F: FnOnce() + Send + 'static,
     {
-        std::thread::Builder::new()
-            .name(name)
-            .spawn(body)
-            .expect("failed to spawn a kvroute thread")
+        std::thread::Builder::new().name(name).spawn(body)
     }
 
     /// Bounded multi-producer channels (`flume`).
@@ -112,12 +109,12 @@ mod imp {
         Arc::from_std(std::sync::Arc::from(value))
     }
 
-    /// Spawns a loom thread (names are not modelled).
-    pub fn spawn<F>(_name: String, body: F) -> JoinHandle<()>
+    /// Spawns a loom thread (names are not modelled; loom never fails to start one).
+    pub fn spawn<F>(_name: String, body: F) -> std::io::Result<JoinHandle<()>>
     where
         F: FnOnce() + Send + 'static,
     {
-        loom::thread::spawn(body)
+        Ok(loom::thread::spawn(body))
     }
 
     /// A bounded channel built on loom's mutex and condvar, with `flume`'s API subset we use.

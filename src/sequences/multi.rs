@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crossbeam_utils::CachePadded;
 
 use super::clock::Clock;
-use super::error::{AddRequestError, UnknownRequest, checked_prefill_tokens};
+use super::error::{AddRequestError, ConfigError, UnknownRequest, checked_prefill_tokens};
 use super::load::{OverlapTable, PotentialLoad, WorkerLoad};
 use super::peers::{PeerPool, start_lanes};
 use super::replica::{PeerCounters, SequenceEvent, SequenceEventData, SequencePublisher};
@@ -568,9 +568,16 @@ impl fmt::Debug for MultiWorkerSequences {
 
 impl MultiWorkerSequences {
     /// The tracker over `inner`, with peer lanes if replica sync is on.
-    pub(crate) fn from_parts(inner: Arc<Inner>, lanes: usize, queue: usize) -> Self {
-        let peers = inner.replica.is_some().then(|| start_lanes(&inner, lanes, queue));
-        Self { inner, peers }
+    pub(crate) fn from_parts(
+        inner: Arc<Inner>,
+        lanes: usize,
+        queue: usize,
+    ) -> Result<Self, ConfigError> {
+        let peers = match inner.replica {
+            Some(_) => Some(start_lanes(&inner, lanes, queue)?),
+            None => None,
+        };
+        Ok(Self { inner, peers })
     }
 }
 

@@ -8,7 +8,7 @@ use super::error::AddRequestError;
 use super::multi::{Inner, MultiWorkerSequences};
 use super::replica::{PeerCounters, PeerStats, SequenceEvent, SequenceEventData};
 use super::worker_hash;
-use crate::pool::{Lane, LaneDown, StickyPool};
+use crate::pool::{Lane, LaneDown, SpawnError, StickyPool};
 use crate::sync::Arc;
 
 /// Why a peer event was not queued.
@@ -55,7 +55,11 @@ impl Lane for PeerLane {
 pub(crate) type PeerPool = StickyPool<PeerLane>;
 
 /// Starts `lanes` lanes of `queue` events each over `inner`.
-pub(crate) fn start_lanes(inner: &Arc<Inner>, lanes: usize, queue: usize) -> PeerPool {
+pub(crate) fn start_lanes(
+    inner: &Arc<Inner>,
+    lanes: usize,
+    queue: usize,
+) -> Result<PeerPool, SpawnError> {
     StickyPool::new(lanes, queue, |_| PeerLane { inner: inner.clone() })
 }
 
