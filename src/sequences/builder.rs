@@ -112,7 +112,7 @@ impl SequencesBuilder {
         self
     }
 
-    /// How many threads apply peer events (each worker's events go to one of them, in order),
+    /// How many threads apply peer events (each request's events go to one of them, in order),
     /// and how many events each may have queued before senders wait (each at least 1; at most
     /// [`MAX_PEER_LANES`] and [`MAX_PEER_QUEUE`], or [`build`](Self::build) fails). Defaults:
     /// [`DEFAULT_PEER_LANES`] lanes of 1024 events.
