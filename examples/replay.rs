@@ -2,7 +2,7 @@
 //! stream to the reference index and times ingest and `find_matches`.
 //!
 //! ```text
-//! cargo run --release --example replay -- [--sub-blocks K] [--workers W] [--cache-blocks C]
+//! cargo run --release --features sim --example replay -- [--sub-blocks K] [--workers W] [--cache-blocks C]
 //!                                         [--dup N] [--round-robin] [--trace PATH]
 //! ```
 

@@ -96,7 +96,6 @@ pub mod sequences;
 #[cfg(feature = "sim")]
 pub mod sim;
 
-mod handback;
 mod prefetch;
 mod sync;
 mod u64_map;
@@ -114,7 +113,7 @@ pub use sequences::{
 
 #[cfg(loom)]
 #[doc(hidden)]
-pub use handback::Handback;
+pub use index::handback::Handback;
 
 /// The README's examples run as doc tests.
 #[cfg(doctest)]

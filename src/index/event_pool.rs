@@ -6,7 +6,7 @@ use std::fmt;
 use crossbeam_utils::CachePadded;
 
 use crate::event::{ApplyErrorKind, LocalBlockHash, RouterEvent, Worker, WorkerId};
-use crate::handback::Handback;
+use crate::index::handback::Handback;
 use crate::index::lane::{IndexLane, LaneCounters, WorkerBudget};
 use crate::index::run::walk;
 use crate::index::run_table::RunTable;

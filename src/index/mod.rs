@@ -8,6 +8,7 @@
 //!   structure is checked against it.
 
 mod event_pool;
+pub(crate) mod handback;
 mod held_blocks;
 mod holder_sets;
 mod lane;

@@ -16,12 +16,11 @@
 //! A lower tier's pool is created on its first event (most fleets only ever publish device
 //! events), with its own lanes, so device ingestion never queues behind an offload storm.
 
-use std::sync::OnceLock;
-
 use crate::event::{LocalBlockHash, RouterEvent, StorageTier, Worker, WorkerId};
 use crate::index::{EventPool, PoolConfig, PoolConfigError, PoolStats, SubmitError};
 use crate::pool::LaneDown;
 use crate::scores::{OverlapScores, TieredScores};
+use crate::sync::OnceLock;
 
 /// The storage tiers below the device, in the order their matches continue it.
 pub const LOWER_TIERS: [StorageTier; 3] =

@@ -10,6 +10,7 @@
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use super::{LaneDown, SpawnError};
 use crate::sync::channel::{self, Receiver, Sender, TrySendError};
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Gate, JoinHandle, Ordering, fence, spawn};
 
@@ -39,41 +40,6 @@ enum Envelope<L: Lane> {
     /// Runs a closure on the lane's state, in queue order.
     Task(Task<L>),
 }
-
-/// A lane of the pool has stopped: its handler panicked (see the [module docs](self)).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LaneDown;
-
-impl fmt::Display for LaneDown {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a lane of the pool has stopped")
-    }
-}
-
-impl std::error::Error for LaneDown {}
-
-/// The OS would not start a lane's thread (a thread or memory limit): why, as it said.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SpawnError {
-    /// The OS error's kind.
-    pub kind: std::io::ErrorKind,
-    /// The OS error, as text.
-    pub message: String,
-}
-
-impl From<std::io::Error> for SpawnError {
-    fn from(error: std::io::Error) -> Self {
-        Self { kind: error.kind(), message: error.to_string() }
-    }
-}
-
-impl fmt::Display for SpawnError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "could not start a lane thread: {}", self.message)
-    }
-}
-
-impl std::error::Error for SpawnError {}
 
 /// Why [`StickyPool::try_send`] did not enqueue a message; the message comes back.
 #[derive(Debug, PartialEq, Eq)]
