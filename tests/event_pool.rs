@@ -105,7 +105,10 @@ fn memory_follows_live_blocks_after_mass_removal() {
 #[test]
 fn zero_or_absurd_sizes_are_typed_errors() {
     let start = |lanes, queue_capacity, max_workers| {
-        EventPool::new(PoolConfig { lanes, queue_capacity, max_workers }).err()
+        let mut config = PoolConfig::default();
+        (config.lanes, config.queue_capacity, config.max_workers) =
+            (lanes, queue_capacity, max_workers);
+        EventPool::new(config).err()
     };
     assert_eq!(start(0, 8, 8), Some(PoolConfigError::ZeroLanes));
     assert_eq!(start(1, 0, 8), Some(PoolConfigError::ZeroQueueCapacity));
