@@ -278,8 +278,10 @@ impl LaneTrie {
             let members = state.members.clone();
             let meta = self.meta_mut(parent);
             meta.ids.extend_from_slice(ids);
-            let kept =
-                seqs.iter().enumerate().filter(|(step, _)| (offset + step) % SEQ_STRIDE == 0);
+            let kept = seqs
+                .iter()
+                .enumerate()
+                .filter(|(step, _)| (offset + step).is_multiple_of(SEQ_STRIDE));
             meta.seqs.extend(kept.map(|(_, &seq)| seq));
             let locals = Locals::new(&joined);
             self.joined = joined;

@@ -164,7 +164,7 @@ impl SimConfig {
         if self.workers == 0 {
             return Err(SimError::NoWorkers);
         }
-        if self.block_size == 0 || TRACE_BLOCK_TOKENS % self.block_size != 0 {
+        if self.block_size == 0 || !TRACE_BLOCK_TOKENS.is_multiple_of(self.block_size) {
             return Err(SimError::BadBlockSize(self.block_size));
         }
         if !(self.speedup.is_finite() && self.speedup > 0.0) {
@@ -203,7 +203,7 @@ struct SimRequest {
 impl SimInput {
     /// Hashes `trace` into blocks of `block_size` tokens (which must divide 512).
     pub fn new(trace: &[TraceRequest], block_size: u32) -> Result<Self, SimError> {
-        if block_size == 0 || TRACE_BLOCK_TOKENS % block_size != 0 {
+        if block_size == 0 || !TRACE_BLOCK_TOKENS.is_multiple_of(block_size) {
             return Err(SimError::BadBlockSize(block_size));
         }
         let hasher = BlockHasher::new(block_size).map_err(|_| SimError::BadBlockSize(0))?;

@@ -75,7 +75,7 @@ impl FleetConfig {
         if self.workers == 0 {
             return Err(FleetConfigError::NoWorkers);
         }
-        if self.sub_blocks == 0 || TRACE_BLOCK_TOKENS % self.sub_blocks != 0 {
+        if self.sub_blocks == 0 || !TRACE_BLOCK_TOKENS.is_multiple_of(self.sub_blocks) {
             return Err(FleetConfigError::SubBlocks { sub_blocks: self.sub_blocks });
         }
         if !(self.share_slack >= 0.0 && self.share_slack.is_finite()) {

@@ -16,7 +16,11 @@ use std::fmt;
 use std::num::NonZeroU32;
 
 use xxhash_rust::const_xxh3::const_custom_default_secret;
-use xxhash_rust::xxh3::{xxh3_64_with_secret, xxh3_64_with_seed};
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+mod xxh3_long;
+
+use xxh3_long::SECRET_LEN;
 
 use crate::event::{LocalBlockHash, SequenceHash};
 
@@ -112,7 +116,12 @@ impl BlockHasher {
     /// lists mean none).
     pub fn local_hashes_mm(&self, tokens: &[u32], block_mm: &[Vec<u64>]) -> Vec<LocalBlockHash> {
         let size = self.block_size.get() as usize;
-        let mut bytes = Vec::with_capacity(size * 4);
+        let mut bytes = Vec::new();
+        if block_mm.iter().all(Vec::is_empty) {
+            let mut local = Vec::with_capacity(tokens.len() / size);
+            self.extend_text_hashes(tokens, &mut bytes, &mut local);
+            return local;
+        }
         let mut mm_sorted = Vec::new();
         tokens
             .chunks_exact(size)
@@ -141,11 +150,33 @@ impl BlockHasher {
         self.hash_bytes(token_bytes(block, scratch))
     }
 
+    /// Appends the content hash of every full block of text-only `tokens` to `out`.
+    fn extend_text_hashes(
+        &self,
+        tokens: &[u32],
+        scratch: &mut Vec<u8>,
+        out: &mut Vec<LocalBlockHash>,
+    ) {
+        let size = self.block_size.get() as usize;
+        let full = &tokens[..tokens.len() - tokens.len() % size];
+        let block_len = size * 4;
+        let bytes = token_bytes(full, scratch);
+        if block_len > SHORT_MAX {
+            xxh3_long::hash_blocks(bytes, block_len, &self.secret, |h| out.push(LocalBlockHash(h)));
+        } else {
+            out.extend(
+                bytes
+                    .chunks_exact(block_len)
+                    .map(|b| LocalBlockHash(xxh3_64_with_seed(b, self.seed))),
+            );
+        }
+    }
+
     /// XXH3-64 of `bytes` with this hasher's seed.
     #[inline]
     fn hash_bytes(&self, bytes: &[u8]) -> LocalBlockHash {
         if bytes.len() > SHORT_MAX {
-            LocalBlockHash(xxh3_64_with_secret(bytes, &self.secret))
+            LocalBlockHash(xxh3_long::hash(bytes, &self.secret))
         } else {
             LocalBlockHash(xxh3_64_with_seed(bytes, self.seed))
         }
@@ -173,9 +204,7 @@ impl BlockHasher {
     ) {
         out.local.clear();
         if block_mm.iter().all(Vec::is_empty) {
-            let size = self.block_size.get() as usize;
-            out.local
-                .extend(tokens.chunks_exact(size).map(|block| self.hash_block(block, scratch)));
+            self.extend_text_hashes(tokens, scratch, &mut out.local);
         } else {
             out.local = self.local_hashes_mm(tokens, block_mm);
         }
@@ -190,9 +219,6 @@ impl BlockHasher {
         RequestHashes { local, sequence }
     }
 }
-
-/// Length of XXH3's default secret, and of one derived from a seed.
-const SECRET_LEN: usize = 192;
 
 /// Longest input XXH3 hashes without its secret-driven long loop: above it, hashing with the
 /// seed's derived secret equals hashing with the seed (XXH3's spec; checked by the tests).
