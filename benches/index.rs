@@ -35,7 +35,7 @@ fn find_matches(c: &mut Criterion) {
         for workers in [1, 16, 256] {
             let (events, query) = fleet_events(depth, workers);
             let param = format!("depth{depth}_workers{workers}");
-            let pool = EventPool::new(PoolConfig::default());
+            let pool = EventPool::new(PoolConfig::default()).unwrap();
             for event in &events {
                 pool.apply_blocking(event.clone()).unwrap();
             }
@@ -77,7 +77,7 @@ fn stream(depth: usize, workers: usize) -> (Vec<RouterEvent>, Vec<RouterEvent>) 
 fn time_pool(iters: u64, lanes: usize, setup: &[RouterEvent], timed: &[RouterEvent]) -> Duration {
     let mut total = Duration::ZERO;
     for _ in 0..iters {
-        let pool = EventPool::new(PoolConfig { lanes, ..PoolConfig::default() });
+        let pool = EventPool::new(PoolConfig { lanes, ..PoolConfig::default() }).unwrap();
         for event in setup.iter().cloned() {
             pool.apply_blocking(event).unwrap();
         }

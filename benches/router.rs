@@ -9,7 +9,7 @@
 //! hashes alone). The side-by-side figures against Dynamo come from
 //! `cargo run --release -p kvroute-compare --bin router`.
 //!
-//! `cargo bench --bench router`
+//! `cargo bench --features sim --bench router`
 
 #![allow(missing_docs)]
 

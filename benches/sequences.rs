@@ -7,7 +7,7 @@
 //! request + add a fresh one), `fanout` (what a rayon fork-join over the shards costs by itself,
 //! to judge whether parallelising the query could pay on this machine).
 //!
-//! `cargo bench --bench sequences`
+//! `cargo bench --features sim --bench sequences`
 
 #![allow(missing_docs)]
 

@@ -2,7 +2,7 @@
 //! stream to the reference index and times ingest and `find_matches`.
 //!
 //! ```text
-//! cargo run --release --example replay -- [--sub-blocks K] [--workers W] [--cache-blocks C]
+//! cargo run --release --features sim --example replay -- [--sub-blocks K] [--workers W] [--cache-blocks C]
 //!                                         [--dup N] [--round-robin] [--trace PATH]
 //! ```
 
@@ -82,7 +82,7 @@ fn run() -> Result<(), String> {
     latencies.sort_unstable();
 
     // The concurrent index (2 lanes) on the same stream, checked against the reference.
-    let pool = EventPool::new(PoolConfig::default());
+    let pool = EventPool::new(PoolConfig::default()).map_err(|err| err.to_string())?;
     let start = Instant::now();
     for event in &replay.events {
         pool.apply_blocking(event.clone()).map_err(|err| err.to_string())?;

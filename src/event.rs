@@ -1,4 +1,4 @@
-//! Ids, storage tiers and the KV events engines publish (DESIGN.md §2).
+//! Ids, storage tiers and the KV events engines publish (ARCHITECTURE.md §2).
 
 use std::fmt;
 

@@ -97,7 +97,6 @@ pub mod sequences;
 #[cfg(feature = "sim")]
 pub mod sim;
 
-mod handback;
 mod prefetch;
 mod sync;
 mod u64_map;
@@ -115,7 +114,7 @@ pub use sequences::{
 
 #[cfg(loom)]
 #[doc(hidden)]
-pub use handback::Handback;
+pub use index::handback::Handback;
 
 /// The README's examples run as doc tests.
 #[cfg(doctest)]

@@ -1,6 +1,7 @@
-//! EventPool behaviour beyond the differential check: fleet scale, capacity, full queues.
+//! EventPool behaviour beyond the differential check: fleet scale, capacity, full queues, sizes.
 
-use kvroute::index::{EventPool, PoolConfig, SubmitError};
+use kvroute::index::{EventPool, PoolConfig, PoolConfigError, SubmitError, TieredIndex};
+use kvroute::router::{KvRouter, RouterConfig, RouterConfigError};
 use kvroute::{ApplyErrorKind, LocalBlockHash, RouterEvent, StoredBlock, Worker};
 
 fn store_prefix(worker: Worker, depth: u64) -> RouterEvent {
@@ -10,7 +11,7 @@ fn store_prefix(worker: Worker, depth: u64) -> RouterEvent {
 
 #[test]
 fn thousands_of_workers_each_match_their_depth() {
-    let pool = EventPool::new(PoolConfig::default());
+    let pool = EventPool::new(PoolConfig::default()).expect("the pool starts");
     let workers: Vec<Worker> = (0..4096u64).map(|i| Worker::new(i / 2, (i % 2) as u32)).collect();
     for (i, &worker) in workers.iter().enumerate() {
         pool.apply_blocking(store_prefix(worker, 1 + (i % 5) as u64)).unwrap();
@@ -32,7 +33,8 @@ fn thousands_of_workers_each_match_their_depth() {
 
 #[test]
 fn workers_beyond_capacity_are_rejected_and_counted() {
-    let pool = EventPool::new(PoolConfig { max_workers: 2, ..PoolConfig::default() });
+    let pool = EventPool::new(PoolConfig { max_workers: 2, ..PoolConfig::default() })
+        .expect("the pool starts");
     let fleet: Vec<Worker> = (0..3).map(|id| Worker::new(id, 0)).collect();
     for &worker in &fleet {
         pool.apply_blocking(store_prefix(worker, 1)).unwrap();
@@ -65,7 +67,8 @@ fn workers_beyond_capacity_are_rejected_and_counted() {
 
 #[test]
 fn a_full_queue_hands_the_event_back() {
-    let pool = EventPool::new(PoolConfig { lanes: 1, queue_capacity: 1, ..PoolConfig::default() });
+    let pool = EventPool::new(PoolConfig { lanes: 1, queue_capacity: 1, ..PoolConfig::default() })
+        .expect("the pool starts");
     let worker = Worker::new(1, 0);
     let mut returned = None;
     for i in 0..10_000 {
@@ -84,7 +87,7 @@ fn a_full_queue_hands_the_event_back() {
 
 #[test]
 fn memory_follows_live_blocks_after_mass_removal() {
-    let pool = EventPool::new(PoolConfig::default());
+    let pool = EventPool::new(PoolConfig::default()).expect("the pool starts");
     let worker = Worker::new(9, 0);
     let stored = store_prefix(worker, 20_000);
     pool.apply_blocking(stored).unwrap();
@@ -97,4 +100,31 @@ fn memory_follows_live_blocks_after_mass_removal() {
     let stats = pool.stats();
     assert_eq!(stats.live_entries, 10);
     assert!(stats.bytes * 20 < full, "{} bytes left of {full}", stats.bytes);
+}
+
+#[test]
+fn zero_or_absurd_sizes_are_typed_errors() {
+    let start = |lanes, queue_capacity, max_workers| {
+        let mut config = PoolConfig::default();
+        (config.lanes, config.queue_capacity, config.max_workers) =
+            (lanes, queue_capacity, max_workers);
+        EventPool::new(config).err()
+    };
+    assert_eq!(start(0, 8, 8), Some(PoolConfigError::ZeroLanes));
+    assert_eq!(start(1, 0, 8), Some(PoolConfigError::ZeroQueueCapacity));
+    assert_eq!(start(1, 8, 0), Some(PoolConfigError::ZeroMaxWorkers));
+    assert_eq!(start(usize::MAX, 8, 8), Some(PoolConfigError::TooManyLanes(usize::MAX)));
+    assert_eq!(start(1, usize::MAX, 8), Some(PoolConfigError::QueueTooLarge(usize::MAX)));
+    assert_eq!(start(1, 1, usize::MAX), None, "no limit on the worker budget");
+
+    let bad = PoolConfig { lanes: 0, ..PoolConfig::default() };
+    let tiered = TieredIndex::new(PoolConfig::default(), bad.clone());
+    assert_eq!(
+        tiered.err(),
+        Some(PoolConfigError::ZeroLanes),
+        "a lower tier's config is checked up front"
+    );
+    let config = RouterConfig { device_index: bad, ..RouterConfig::new(16) };
+    let router = KvRouter::new(config).err();
+    assert_eq!(router, Some(RouterConfigError::Index(PoolConfigError::ZeroLanes)));
 }

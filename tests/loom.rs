@@ -149,7 +149,7 @@ impl Lane for Store {
 fn flush_returns_after_earlier_messages_are_handled() {
     loom::model(|| {
         let cell = Arc::new(AtomicU64::new(0));
-        let pool = StickyPool::new(1, 1, |_| Store(cell.clone()));
+        let pool = StickyPool::new(1, 1, |_| Store(cell.clone())).expect("lanes start");
         pool.send(0, 7).unwrap();
         pool.flush().unwrap();
         assert_eq!(cell.load(Ordering::Relaxed), 7);
@@ -162,7 +162,7 @@ fn flush_returns_after_earlier_messages_are_handled() {
 fn producers_waiting_for_room_are_woken() {
     loom::model(|| {
         let cell = Arc::new(AtomicU64::new(0));
-        let pool = Arc::new(StickyPool::new(1, 1, |_| Store(cell.clone())));
+        let pool = Arc::new(StickyPool::new(1, 1, |_| Store(cell.clone())).expect("lanes start"));
         let other = {
             let pool = pool.clone();
             thread::spawn(move || pool.send(0, 1).unwrap())
@@ -195,7 +195,7 @@ impl Lane for Asking {
 fn producers_woken_by_the_lane_still_get_room() {
     loom::model(|| {
         let cell = Arc::new(AtomicU64::new(0));
-        let pool = Arc::new(StickyPool::new(1, 1, |_| Asking(cell.clone())));
+        let pool = Arc::new(StickyPool::new(1, 1, |_| Asking(cell.clone())).expect("lanes start"));
         let hooks = Arc::new(AtomicU64::new(0));
         let hook = || {
             hooks.fetch_add(1, Ordering::Relaxed);

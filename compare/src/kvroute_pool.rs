@@ -16,9 +16,10 @@ pub struct KvroutePool {
 }
 
 impl KvroutePool {
-    /// A fresh index behind `lanes` event threads.
+    /// A fresh index behind `lanes` event threads. The harness has no way on without it.
     pub fn new(lanes: usize) -> Self {
-        Self { pool: EventPool::new(PoolConfig { lanes, ..PoolConfig::default() }) }
+        let pool = EventPool::new(PoolConfig { lanes, ..PoolConfig::default() });
+        Self { pool: pool.unwrap_or_else(|error| panic!("kvroute pool of {lanes} lanes: {error}")) }
     }
 }
 

@@ -110,6 +110,7 @@ pub fn check_ops(lanes: usize, ops: &[Op], locals: u64, depth: usize) -> Result<
 /// [`check_ops`] with the given queries.
 pub fn check_ops_on(lanes: usize, ops: &[Op], all: &[Vec<LocalBlockHash>]) -> Result<(), String> {
     let pool = EventPool::new(PoolConfig { lanes, ..PoolConfig::default() });
+    let pool = pool.map_err(|e| e.to_string())?;
     let mut reference = ReferenceIndex::new();
     let mut errors = [0u64; ApplyErrorKind::ALL.len()];
     for op in ops {

@@ -1,4 +1,5 @@
-//! Block and sequence hashing, byte-compatible with Dynamo's `dynamo-kv-router` (DESIGN.md §3).
+//! Block and sequence hashing, byte-compatible with Dynamo's `dynamo-kv-router`
+//! (ARCHITECTURE.md §3).
 //!
 //! ```
 //! use kvroute::hash::BlockHasher;

@@ -6,12 +6,12 @@ use std::fmt;
 use crossbeam_utils::CachePadded;
 
 use crate::event::{ApplyErrorKind, LocalBlockHash, RouterEvent, Worker, WorkerId};
-use crate::handback::Handback;
+use crate::index::handback::Handback;
 use crate::index::lane::{IndexLane, LaneCounters, WorkerBudget};
 use crate::index::run::walk;
 use crate::index::run_table::RunTable;
 use crate::index::spent::{HANDED_MAX, SpentList};
-use crate::index::{IndexSnapshot, OverlapScores};
+use crate::index::{IndexSnapshot, OverlapScores, PoolConfigError};
 use crate::pool::{LaneDown, StickyPool, TrySend};
 use crate::sync::{Arc, AtomicUsize, Mutex, Ordering, RwLock, epoch};
 
@@ -103,7 +103,7 @@ impl PoolStats {
 /// use kvroute::index::{EventPool, PoolConfig};
 /// use kvroute::{LocalBlockHash, RouterEvent, StoredBlock, Worker};
 ///
-/// let pool = EventPool::new(PoolConfig::default());
+/// let pool = EventPool::new(PoolConfig::default())?;
 /// let worker = Worker::new(1, 0);
 /// let blocks = vec![StoredBlock::new(11, 1001), StoredBlock::new(12, 1002)];
 /// pool.apply(RouterEvent::stored(worker, 0, None, blocks))?;
@@ -126,9 +126,11 @@ pub struct EventPool {
 }
 
 impl EventPool {
-    /// Starts the lanes.
-    pub fn new(config: PoolConfig) -> Self {
-        let lanes = config.lanes.max(1);
+    /// Checks `config` ([`PoolConfig::validate`]) and starts the lanes. Fails with a typed
+    /// error, leaving nothing running, on bad sizes or when the OS will not start a thread.
+    pub fn new(config: PoolConfig) -> Result<Self, PoolConfigError> {
+        config.validate()?;
+        let lanes = config.lanes;
         let budget = Arc::new(WorkerBudget { known: AtomicUsize::new(0), max: config.max_workers });
         let tables: Vec<_> = (0..lanes).map(|_| Arc::new(RunTable::default())).collect();
         let counters: Vec<_> =
@@ -137,8 +139,8 @@ impl EventPool {
         let pool = StickyPool::new(lanes, config.queue_capacity, |lane| {
             let (table, counters) = (tables[lane].clone(), counters[lane].clone());
             IndexLane::new(table, budget.clone(), counters, spent[lane].clone())
-        });
-        Self {
+        })?;
+        Ok(Self {
             tables,
             lanes: pool,
             counters,
@@ -146,7 +148,7 @@ impl EventPool {
             routes: RwLock::new(HashMap::default()),
             lane_load: Mutex::new(vec![0; lanes]),
             budget,
-        }
+        })
     }
 
     fn lane_of(&self, worker: Worker) -> usize {

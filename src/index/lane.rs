@@ -12,7 +12,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::event::{ApplyError, ApplyErrorKind, KvEventData, RouterEvent, SequenceHash};
 use crate::event::{StoredBlock, Worker, WorkerId};
-use crate::handback::Handback;
+use crate::index::handback::Handback;
 use crate::index::held_blocks::HeldBlocks;
 use crate::index::lane_trie::{LaneTrie, NodeId, shed};
 use crate::index::run_table::RunTable;

@@ -8,11 +8,13 @@
 //!   structure is checked against it.
 
 mod event_pool;
+pub(crate) mod handback;
 mod held_blocks;
 mod holder_sets;
 mod lane;
 mod lane_trie;
 mod locals;
+mod pool_config;
 mod probe_map;
 mod reference;
 mod run;
@@ -26,6 +28,7 @@ use std::collections::BTreeMap;
 
 pub use crate::scores::OverlapScores;
 pub use event_pool::{EventPool, PoolConfig, PoolStats, SubmitError};
+pub use pool_config::{MAX_LANES, MAX_QUEUE_CAPACITY, PoolConfigError};
 pub use reference::ReferenceIndex;
 pub(crate) use tiered::TierScratch;
 pub use tiered::{LOWER_TIERS, TieredIndex};

@@ -6,14 +6,14 @@
 //! while it allocates the next events: on the 2-core comparison, nearly every time a lane
 //! slept during an ingest it was waiting for that lock in such a free (`perf record -e
 //! sched:sched_switch -g`: about a thousand times per lane per `--dup 4` ingest, each a futex
-//! wait, a context switch and a wakeup). Handed back ([`crate::handback::Handback`]), the lists
+//! wait, a context switch and a wakeup). Handed back ([`Handback`](super::handback::Handback)), the lists
 //! are freed by a producer, usually where they were allocated: uncontended, and into caches its
 //! next allocations reuse.
 //!
 //! Memory stays bounded: a lane hands its lists over every [`SPENT_BATCH`] events and whenever
 //! its queue runs dry, into room for [`HANDED_MAX`]. Every `apply` and `flush` frees what was
 //! handed over, and a producer waiting for room in a lane's queue is woken to do so
-//! ([`crate::pool::Lane::wants_producer`]). Lists that find no room (no producer has run for a
+//! (`Lane::wants_producer` in `pool/lanes.rs`). Lists that find no room (no producer has run for a
 //! while: two cores, three threads) are freed on the lane, as without this.
 
 use crate::event::{KvEventData, RouterEvent, SequenceHash, StoredBlock};

@@ -16,12 +16,11 @@
 //! A lower tier's pool is created on its first event (most fleets only ever publish device
 //! events), with its own lanes, so device ingestion never queues behind an offload storm.
 
-use std::sync::OnceLock;
-
 use crate::event::{LocalBlockHash, RouterEvent, StorageTier, Worker, WorkerId};
-use crate::index::{EventPool, PoolConfig, PoolStats, SubmitError};
+use crate::index::{EventPool, PoolConfig, PoolConfigError, PoolStats, SubmitError};
 use crate::pool::LaneDown;
 use crate::scores::{OverlapScores, TieredScores};
+use crate::sync::OnceLock;
 
 /// The storage tiers below the device, in the order their matches continue it.
 pub const LOWER_TIERS: [StorageTier; 3] =
@@ -33,7 +32,7 @@ pub const LOWER_TIERS: [StorageTier; 3] =
 /// use kvroute::index::{PoolConfig, TieredIndex};
 /// use kvroute::{LocalBlockHash, RouterEvent, StorageTier, StoredBlock, Worker};
 ///
-/// let index = TieredIndex::new(PoolConfig::default(), PoolConfig { lanes: 1, ..PoolConfig::default() });
+/// let index = TieredIndex::new(PoolConfig::default(), PoolConfig { lanes: 1, ..PoolConfig::default() })?;
 /// let w = Worker::new(1, 0);
 /// let blocks = |n: u64| (0..n).map(|i| StoredBlock::new(10 + i, 100 + i)).collect::<Vec<_>>();
 /// index.apply(RouterEvent::stored(w, 0, None, blocks(2)))?; // device: blocks 0..2
@@ -56,9 +55,11 @@ pub struct TieredIndex {
 
 impl TieredIndex {
     /// The device pool set up by `device`; each lower tier's pool, once it sees an event, by
-    /// `lower`.
-    pub fn new(device: PoolConfig, lower: PoolConfig) -> Self {
-        Self { device: EventPool::new(device), lower: Default::default(), lower_config: lower }
+    /// `lower` (checked now, so a bad one fails here rather than on that event).
+    pub fn new(device: PoolConfig, lower: PoolConfig) -> Result<Self, PoolConfigError> {
+        lower.validate()?;
+        let device = EventPool::new(device)?;
+        Ok(Self { device, lower: Default::default(), lower_config: lower })
     }
 
     /// The device tier's pool.
@@ -74,23 +75,32 @@ impl TieredIndex {
         }
     }
 
-    fn tier_or_start(&self, tier: StorageTier) -> &EventPool {
-        match lower_slot(tier) {
-            None => &self.device,
-            Some(slot) => {
-                self.lower[slot].get_or_init(|| EventPool::new(self.lower_config.clone()))
-            }
+    /// The pool of `tier`, started if it is a lower tier's first event. `None` if its lanes
+    /// could not start (the OS refused a thread); the next event tries again.
+    fn tier_or_start(&self, tier: StorageTier) -> Option<&EventPool> {
+        let Some(slot) = lower_slot(tier) else { return Some(&self.device) };
+        if let Some(pool) = self.lower[slot].get() {
+            return Some(pool);
+        }
+        // Two first events may race to start the tier: the loser's pool is stopped unused.
+        let pool = EventPool::new(self.lower_config.clone()).ok()?;
+        let _ = self.lower[slot].set(pool);
+        self.lower[slot].get()
+    }
+
+    /// Enqueues `event` on its tier's pool without waiting (see [`EventPool::apply`]). A lower
+    /// tier whose lanes could not start reports [`SubmitError::LaneDown`].
+    pub fn apply(&self, event: RouterEvent) -> Result<(), SubmitError> {
+        match self.tier_or_start(event.tier) {
+            Some(pool) => pool.apply(event),
+            None => Err(SubmitError::LaneDown(event)),
         }
     }
 
-    /// Enqueues `event` on its tier's pool without waiting (see [`EventPool::apply`]).
-    pub fn apply(&self, event: RouterEvent) -> Result<(), SubmitError> {
-        self.tier_or_start(event.tier).apply(event)
-    }
-
     /// Enqueues `event` on its tier's pool, waiting for room (see [`EventPool::apply_blocking`]).
+    /// A lower tier whose lanes could not start reports [`LaneDown`].
     pub fn apply_blocking(&self, event: RouterEvent) -> Result<(), LaneDown> {
-        self.tier_or_start(event.tier).apply_blocking(event)
+        self.tier_or_start(event.tier).ok_or(LaneDown)?.apply_blocking(event)
     }
 
     /// Returns once every event enqueued before the call, in every tier, is visible to queries.

@@ -85,8 +85,10 @@ impl KvRouterBuilder {
         let approx =
             (!config.use_kv_events).then(|| ApproxTracker::new(config.approximate.clone(), now));
         let rng = config.seed.map_or_else(RouterRng::from_entropy, RouterRng::new);
+        let index = TieredIndex::new(config.device_index.clone(), config.lower_tier_index.clone())
+            .map_err(RouterConfigError::Index)?;
         Ok(KvRouter {
-            index: TieredIndex::new(config.device_index.clone(), config.lower_tier_index.clone()),
+            index,
             sessions: SessionTable::new(config.sessions.idle_ttl),
             hasher,
             sequences,

@@ -121,9 +121,7 @@ impl RouterConfig {
             return Err(E::BadLoadBound(self.sessions.load_bound));
         }
         for pool in [&self.device_index, &self.lower_tier_index] {
-            if pool.lanes == 0 || pool.queue_capacity == 0 || pool.max_workers == 0 {
-                return Err(E::BadPool);
-            }
+            pool.validate().map_err(E::Index)?;
         }
         Ok(())
     }
@@ -218,8 +216,8 @@ pub enum RouterConfigError {
     BadPruneTarget(f64),
     /// `sessions.load_bound` is below 1 or not finite.
     BadLoadBound(f64),
-    /// An index pool has zero lanes, queue capacity or workers.
-    BadPool,
+    /// An index pool's sizes are out of range, or its lanes could not start.
+    Index(crate::index::PoolConfigError),
     /// `replica_sync` is on but the builder was given no publisher.
     MissingPublisher,
     /// The load tracker rejected its settings.
@@ -242,7 +240,7 @@ impl fmt::Display for RouterConfigError {
                 write!(f, "approximate.prune_target must be in (0, 1], not {p}")
             }
             Self::BadLoadBound(b) => write!(f, "sessions.load_bound must be at least 1, not {b}"),
-            Self::BadPool => f.write_str("index pools need lanes, queue capacity and workers"),
+            Self::Index(e) => write!(f, "index: {e}"),
             Self::MissingPublisher => f.write_str("replica_sync is on but no publisher was given"),
             Self::Sequences(e) => write!(f, "load tracker: {e}"),
         }

@@ -20,6 +20,16 @@ pub const DEFAULT_REQUEST_SHARDS: usize = 64;
 /// Peer-event lanes by default (threads applying other replicas' events).
 pub const DEFAULT_PEER_LANES: usize = 2;
 
+/// The most worker shards or request-index shards a tracker may have (each is a lock, made
+/// up front).
+pub const MAX_SHARDS: usize = 1 << 16;
+
+/// The most peer-event lanes (threads) a tracker may have.
+pub const MAX_PEER_LANES: usize = 1024;
+
+/// The most events a peer lane's queue may hold.
+pub const MAX_PEER_QUEUE: usize = 1 << 24;
+
 /// Configures a [`MultiWorkerSequences`]; start from [`MultiWorkerSequences::builder`].
 ///
 /// ```
@@ -73,14 +83,16 @@ impl SequencesBuilder {
         self
     }
 
-    /// How many shards the workers are spread over (rounded up to a power of two, at least 1).
-    /// More shards let more writers work at once; each all-worker query walks every shard.
+    /// How many shards the workers are spread over (rounded up to a power of two, at least 1;
+    /// at most [`MAX_SHARDS`], or [`build`](Self::build) fails). More shards let more writers
+    /// work at once; each all-worker query walks every shard.
     pub fn worker_shards(mut self, shards: usize) -> Self {
         self.worker_shards = shards;
         self
     }
 
-    /// How many shards the request-id index has (rounded up to a power of two, at least 1).
+    /// How many shards the request-id index has (rounded up to a power of two, at least 1; at
+    /// most [`MAX_SHARDS`], or [`build`](Self::build) fails).
     pub fn request_shards(mut self, shards: usize) -> Self {
         self.request_shards = shards;
         self
@@ -100,8 +112,9 @@ impl SequencesBuilder {
         self
     }
 
-    /// How many threads apply peer events (each worker's events go to one of them, in order),
-    /// and how many events each may have queued before senders wait. Defaults:
+    /// How many threads apply peer events (each request's events go to one of them, in order),
+    /// and how many events each may have queued before senders wait (each at least 1; at most
+    /// [`MAX_PEER_LANES`] and [`MAX_PEER_QUEUE`], or [`build`](Self::build) fails). Defaults:
     /// [`DEFAULT_PEER_LANES`] lanes of 1024 events.
     pub fn peer_lanes(mut self, lanes: usize, queue_capacity: usize) -> Self {
         self.peer_lanes = lanes.max(1);
@@ -109,10 +122,23 @@ impl SequencesBuilder {
         self
     }
 
-    /// The tracker, with no workers yet (see [`MultiWorkerSequences::update_workers`]).
+    /// The tracker, with no workers yet (see [`MultiWorkerSequences::update_workers`]). Fails
+    /// with a typed error on a zero block size, a size beyond its limit, or a peer lane the OS
+    /// would not start (leaving nothing running).
     pub fn build(self) -> Result<MultiWorkerSequences, ConfigError> {
         if self.block_size == 0 {
             return Err(ConfigError::ZeroBlockSize);
+        }
+        let limits = [
+            ("worker_shards", self.worker_shards, MAX_SHARDS),
+            ("request_shards", self.request_shards, MAX_SHARDS),
+            ("peer_lanes", self.peer_lanes, MAX_PEER_LANES),
+            ("peer_queue", self.peer_queue, MAX_PEER_QUEUE),
+        ];
+        for (setting, requested, max) in limits {
+            if requested > max {
+                return Err(ConfigError::TooLarge { setting, requested, max });
+            }
         }
         let inner = Inner::new(InnerConfig {
             block_size: self.block_size,
@@ -122,7 +148,7 @@ impl SequencesBuilder {
             clock: self.clock,
             replica: self.replica,
         });
-        Ok(MultiWorkerSequences::from_parts(Arc::new(inner), self.peer_lanes, self.peer_queue))
+        MultiWorkerSequences::from_parts(Arc::new(inner), self.peer_lanes, self.peer_queue)
     }
 }
 

@@ -4,6 +4,7 @@ use std::fmt;
 
 use super::RequestId;
 use crate::event::Worker;
+use crate::pool::SpawnError;
 
 /// Why a tracker could not be built.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -11,17 +12,39 @@ use crate::event::Worker;
 pub enum ConfigError {
     /// A block must hold at least one token.
     ZeroBlockSize,
+    /// A size is beyond its limit (each shard is a lock, each peer lane a thread, each queue
+    /// slot an event): which setting, what was asked and the most allowed.
+    TooLarge {
+        /// The setting (`worker_shards`, `request_shards`, `peer_lanes`, `peer_queue`).
+        setting: &'static str,
+        /// The value asked for.
+        requested: usize,
+        /// The most allowed.
+        max: usize,
+    },
+    /// The OS would not start a peer lane's thread.
+    Spawn(SpawnError),
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::ZeroBlockSize => f.write_str("block size must be at least one token"),
+            Self::TooLarge { setting, requested, max } => {
+                write!(f, "{setting} of {requested} is more than the {max} allowed")
+            }
+            Self::Spawn(e) => e.fmt(f),
         }
     }
 }
 
 impl std::error::Error for ConfigError {}
+
+impl From<SpawnError> for ConfigError {
+    fn from(error: SpawnError) -> Self {
+        Self::Spawn(error)
+    }
+}
 
 /// Why a request was not added. Nothing changed.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -11,7 +11,7 @@ pub struct WorkerLoad {
     /// Blocks pinned by its requests in flight, shared prefixes counted once, decoded blocks
     /// included.
     pub active_blocks: usize,
-    /// Prefill tokens it still has to compute.
+    /// Prefill tokens it still has to compute (`usize::MAX` if more).
     pub active_tokens: usize,
     /// Requests in flight.
     pub active_requests: usize,
@@ -25,7 +25,7 @@ pub struct PotentialLoad {
     /// Its active blocks plus the candidate's blocks it does not pin yet.
     pub potential_blocks: usize,
     /// Its active prefill tokens plus the candidate's tokens beyond the worker's cached prefix
-    /// (`isl - overlap * block_size`, at least 0).
+    /// (`isl - overlap * block_size`, at least 0), saturating at `usize::MAX`.
     pub potential_tokens: usize,
     /// Prefill tokens it has to compute now, before the candidate.
     pub active_tokens: usize,

@@ -47,7 +47,8 @@ use std::time::Duration;
 use crate::event::Worker;
 
 pub use builder::{
-    DEFAULT_PEER_LANES, DEFAULT_REQUEST_SHARDS, DEFAULT_WORKER_SHARDS, SequencesBuilder,
+    DEFAULT_PEER_LANES, DEFAULT_REQUEST_SHARDS, DEFAULT_WORKER_SHARDS, MAX_PEER_LANES,
+    MAX_PEER_QUEUE, MAX_SHARDS, SequencesBuilder,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{AddRequestError, ConfigError, UnknownRequest};

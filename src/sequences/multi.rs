@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crossbeam_utils::CachePadded;
 
 use super::clock::Clock;
-use super::error::{AddRequestError, UnknownRequest, checked_prefill_tokens};
+use super::error::{AddRequestError, ConfigError, UnknownRequest, checked_prefill_tokens};
 use super::load::{OverlapTable, PotentialLoad, WorkerLoad};
 use super::peers::{PeerPool, start_lanes};
 use super::replica::{PeerCounters, SequenceEvent, SequenceEventData, SequencePublisher};
@@ -95,14 +95,12 @@ impl Inner {
         worker_hash(worker) as usize & self.shard_mask
     }
 
-    fn publish(
-        &self,
-        publish: bool,
-        request_id: RequestId,
-        worker: Worker,
-        data: SequenceEventData,
-    ) {
-        if let (true, Some(replica)) = (publish, &self.replica) {
+    /// Publishes a change to request `request_id`. Callers hold the request's index-shard
+    /// lock, which every change to the request takes first, so a request's events are published
+    /// in the order its changes were made: a `Free` published before its `AddRequest` would be
+    /// dropped by a peer, which would then keep the request for good.
+    fn publish(&self, request_id: RequestId, worker: Worker, data: SequenceEventData) {
+        if let Some(replica) = &self.replica {
             let router_id = replica.router_id;
             replica.publisher.publish(SequenceEvent { router_id, request_id, worker, data });
         }
@@ -128,6 +126,11 @@ impl Inner {
         publish: bool,
     ) -> Result<Vec<RequestId>, AddRequestError> {
         let prefill_tokens = checked_prefill_tokens(isl, overlap, self.block_size)?;
+        // Built before the locks, so they are not held while the blocks are copied.
+        let event = (publish && self.replica.is_some()).then(|| {
+            let blocks = Some(blocks.unwrap_or_default().to_vec());
+            (id.clone(), SequenceEventData::AddRequest { blocks, isl, overlap })
+        });
         let shard_at = self.shard_of(worker);
         self.warm(shard_at, |shard| {
             if let Some(slot) = shard.slot_of(worker) {
@@ -157,16 +160,14 @@ impl Inner {
         };
         drop(shard);
         let location = Location { shard: shard_at as u32, slot, record };
-        let event_id = (publish && self.replica.is_some()).then(|| id.clone());
         ids.insert(id, location);
+        if let Some((id, data)) = event {
+            // Under `ids`: see `publish`.
+            self.publish(id, worker, data);
+        }
         drop(ids);
         for expired_id in &expired {
             self.index.remove_if_same(expired_id);
-        }
-        if let Some(id) = event_id {
-            let data =
-                SequenceEventData::AddRequest { blocks: Some(blocks.to_vec()), isl, overlap };
-            self.publish(true, id, worker, data);
         }
         Ok(expired)
     }
@@ -180,12 +181,14 @@ impl Inner {
         }
     }
 
-    /// Runs `change` on the live request `id` under its index and shard locks; a stale index
-    /// entry is dropped. `remove_entry` also drops the index entry of a live request.
+    /// Runs `change` on the live request `id` under its index and shard locks, then publishes
+    /// `event` (if any) still under the index lock (see `publish`); a stale index entry is
+    /// dropped. `remove_entry` also drops the index entry of a live request.
     fn with_request<T>(
         &self,
         id: &RequestId,
         remove_entry: bool,
+        event: Option<SequenceEventData>,
         change: impl FnOnce(&mut Shard, Location) -> T,
     ) -> Result<(Worker, T), UnknownRequest> {
         let unknown = || UnknownRequest { id: id.clone() };
@@ -203,6 +206,9 @@ impl Inner {
             _ => None,
         };
         drop(shard);
+        if let (Some((worker, _)), Some(data)) = (&outcome, event) {
+            self.publish(id.clone(), *worker, data);
+        }
         if remove_entry || outcome.is_none() {
             ids.remove(id.as_str());
         }
@@ -210,9 +216,8 @@ impl Inner {
     }
 
     pub(crate) fn free(&self, id: &RequestId, publish: bool) -> Result<(), UnknownRequest> {
-        let (worker, _) =
-            self.with_request(id, true, |shard, at| shard.free(at.slot, at.record))?;
-        self.publish(publish, id.clone(), worker, SequenceEventData::Free);
+        let event = publish.then_some(SequenceEventData::Free);
+        self.with_request(id, true, event, |shard, at| shard.free(at.slot, at.record))?;
         Ok(())
     }
 
@@ -221,10 +226,10 @@ impl Inner {
         id: &RequestId,
         publish: bool,
     ) -> Result<(), UnknownRequest> {
-        let (worker, _) = self.with_request(id, false, |shard, at| {
+        let event = publish.then_some(SequenceEventData::MarkPrefillCompleted);
+        self.with_request(id, false, event, |shard, at| {
             shard.mark_prefill_completed(at.slot, at.record)
         })?;
-        self.publish(publish, id.clone(), worker, SequenceEventData::MarkPrefillCompleted);
         Ok(())
     }
 
@@ -233,9 +238,10 @@ impl Inner {
         id: &RequestId,
         publish: bool,
     ) -> Result<(), UnknownRequest> {
-        let (worker, _) =
-            self.with_request(id, false, |shard, at| shard.add_output_block(at.slot, at.record))?;
-        self.publish(publish, id.clone(), worker, SequenceEventData::AddOutputBlock);
+        let event = publish.then_some(SequenceEventData::AddOutputBlock);
+        self.with_request(id, false, event, |shard, at| {
+            shard.add_output_block(at.slot, at.record)
+        })?;
         Ok(())
     }
 
@@ -568,9 +574,16 @@ impl fmt::Debug for MultiWorkerSequences {
 
 impl MultiWorkerSequences {
     /// The tracker over `inner`, with peer lanes if replica sync is on.
-    pub(crate) fn from_parts(inner: Arc<Inner>, lanes: usize, queue: usize) -> Self {
-        let peers = inner.replica.is_some().then(|| start_lanes(&inner, lanes, queue));
-        Self { inner, peers }
+    pub(crate) fn from_parts(
+        inner: Arc<Inner>,
+        lanes: usize,
+        queue: usize,
+    ) -> Result<Self, ConfigError> {
+        let peers = match inner.replica {
+            Some(_) => Some(start_lanes(&inner, lanes, queue)?),
+            None => None,
+        };
+        Ok(Self { inner, peers })
     }
 }
 

@@ -1,14 +1,20 @@
-//! Applying peer replicas' [`SequenceEvent`]s through the sticky lane pool: each worker's events
-//! go to one lane, so they apply in the order they were received, while different workers'
-//! events apply in parallel and the caller (a transport's receive loop) never waits for a lock.
+//! Applying peer replicas' [`SequenceEvent`]s through the sticky lane pool: each request's events
+//! go to one lane (by a hash of its id), so they apply in the order they were received, while
+//! different requests' events apply in parallel and the caller (a transport's receive loop)
+//! never waits for a lock.
+//!
+//! Per-request order is what a peer's view needs to converge: changes to different requests
+//! commute, but a request's `Free` applied before its `AddRequest` is dropped and the request
+//! then stays for good. A lane per worker would not do: an id freed on one worker and reused on
+//! another has events on two workers.
 
 use std::fmt;
 
+use super::RequestId;
 use super::error::AddRequestError;
 use super::multi::{Inner, MultiWorkerSequences};
 use super::replica::{PeerCounters, PeerStats, SequenceEvent, SequenceEventData};
-use super::worker_hash;
-use crate::pool::{Lane, LaneDown, StickyPool};
+use crate::pool::{Lane, LaneDown, SpawnError, StickyPool};
 use crate::sync::Arc;
 
 /// Why a peer event was not queued.
@@ -51,11 +57,20 @@ impl Lane for PeerLane {
     }
 }
 
+/// The lane, of `lanes`, that applies every event of request `id`.
+fn peer_lane(id: &RequestId, lanes: usize) -> usize {
+    (xxhash_rust::xxh3::xxh3_64(id.as_str().as_bytes()) % lanes as u64) as usize
+}
+
 /// The lanes of one tracker.
 pub(crate) type PeerPool = StickyPool<PeerLane>;
 
 /// Starts `lanes` lanes of `queue` events each over `inner`.
-pub(crate) fn start_lanes(inner: &Arc<Inner>, lanes: usize, queue: usize) -> PeerPool {
+pub(crate) fn start_lanes(
+    inner: &Arc<Inner>,
+    lanes: usize,
+    queue: usize,
+) -> Result<PeerPool, SpawnError> {
     StickyPool::new(lanes, queue, |_| PeerLane { inner: inner.clone() })
 }
 
@@ -89,8 +104,8 @@ impl Inner {
 }
 
 impl MultiWorkerSequences {
-    /// Queues an event received from a peer replica; it is applied on the lane of its worker
-    /// (events of one worker apply in the order queued), without being published again.
+    /// Queues an event received from a peer replica; it is applied on the lane of its request
+    /// (events of one request apply in the order queued), without being published again.
     /// Events this replica made itself (same `router_id`) are skipped. Waits while that lane's
     /// queue is full.
     ///
@@ -135,8 +150,7 @@ impl MultiWorkerSequences {
             PeerCounters::bump(&self.inner.peer_counters.own);
             return Ok(());
         }
-        let lane = worker_hash(event.worker) as usize % pool.lanes();
-        pool.send(lane, event)?;
+        pool.send(peer_lane(&event.request_id, pool.lanes()), event)?;
         Ok(())
     }
 

@@ -5,6 +5,12 @@
 //! through its [`SequencePublisher`], and applies the events of its peers with
 //! [`super::MultiWorkerSequences::apply_peer_event`]. Expiry and worker removal are not
 //! published: every replica expires on its own clock and follows the fleet's membership itself.
+//!
+//! A peer's view converges to the publisher's because each request's events keep their order
+//! end to end: they are published in the order the changes were made (under the lock that
+//! orders them), a peer applies them in the order received (one lane per request), and the
+//! transport must deliver one replica's events in the order they were published. Changes to
+//! different requests commute, so nothing else needs ordering.
 
 use std::fmt;
 
@@ -48,8 +54,10 @@ pub enum SequenceEventData {
     Free,
 }
 
-/// Where a replica sends its own events. Called on the request path, after the change and
-/// outside every lock: implementations should enqueue and return, not do network I/O inline.
+/// Where a replica sends its own events. Called on the request path, after the change, under
+/// the lock that orders the request's changes (one shard of the tracker's request index), so
+/// events of one request arrive in the order of its changes: implementations should enqueue
+/// and return, not do network I/O inline, and must not call back into the tracker.
 pub trait SequencePublisher: Send + Sync + 'static {
     /// Sends one event to the peer replicas.
     fn publish(&self, event: SequenceEvent);

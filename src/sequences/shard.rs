@@ -19,15 +19,22 @@ pub(crate) struct WorkerState {
     worker: Worker,
     requests: RequestTable,
     active_blocks: usize,
-    active_tokens: usize,
+    /// Summed wide: requests' token counts are the caller's `isl`s, any `usize` each, and a
+    /// sum that wrapped would turn a huge load into a small one. No sum of `usize`s a worker
+    /// can hold reaches `u128::MAX`, so adds and removals stay exact; reports saturate.
+    active_tokens: u128,
 }
 
 impl WorkerState {
+    fn active_tokens(&self) -> usize {
+        usize::try_from(self.active_tokens).unwrap_or(usize::MAX)
+    }
+
     fn load(&self) -> WorkerLoad {
         WorkerLoad {
             worker: self.worker,
             active_blocks: self.active_blocks,
-            active_tokens: self.active_tokens,
+            active_tokens: self.active_tokens(),
             active_requests: self.requests.len(),
         }
     }
@@ -127,7 +134,7 @@ impl Shard {
         let (tail, newly_pinned) = self.trie.insert(slot, blocks);
         let state = self.state_mut(slot)?;
         state.active_blocks += newly_pinned;
-        state.active_tokens += prefill_tokens;
+        state.active_tokens += prefill_tokens as u128;
         let record = Record { id, tail, started_at: now, prefill_tokens, output_blocks: 0 };
         Some(state.requests.insert(record))
     }
@@ -159,7 +166,7 @@ impl Shard {
         let unpinned = self.trie.remove(slot, removed.tail);
         let state = self.state_mut(slot)?;
         state.active_blocks -= unpinned + removed.output_blocks;
-        state.active_tokens -= removed.prefill_tokens;
+        state.active_tokens -= removed.prefill_tokens as u128;
         Some(removed)
     }
 
@@ -167,7 +174,7 @@ impl Shard {
     pub(crate) fn mark_prefill_completed(&mut self, slot: Slot, record: RecordId) -> bool {
         let Some(state) = self.state_mut(slot) else { return false };
         let Some(request) = state.requests.get_mut(record) else { return false };
-        state.active_tokens -= std::mem::take(&mut request.prefill_tokens);
+        state.active_tokens -= std::mem::take(&mut request.prefill_tokens) as u128;
         true
     }
 
@@ -237,11 +244,12 @@ impl Shard {
         for (state, &depth) in self.slots.iter().zip(depths.iter()) {
             let Some(state) = state else { continue };
             let (overlap_blocks, new_tokens) = new_tokens(state.worker);
+            let active_tokens = state.active_tokens();
             out.push(PotentialLoad {
                 worker: state.worker,
                 potential_blocks: state.active_blocks + (candidate.len() - depth),
-                potential_tokens: state.active_tokens + new_tokens,
-                active_tokens: state.active_tokens,
+                potential_tokens: active_tokens.saturating_add(new_tokens),
+                active_tokens,
                 overlap_blocks,
                 active_requests: state.requests.len(),
             });
@@ -256,7 +264,7 @@ impl Shard {
             let Some(state) = state else { continue };
             let slot = slot as Slot;
             let outputs: usize = state.requests.iter().map(|(_, r)| r.output_blocks).sum();
-            let tokens: usize = state.requests.iter().map(|(_, r)| r.prefill_tokens).sum();
+            let tokens: u128 = state.requests.iter().map(|(_, r)| r.prefill_tokens as u128).sum();
             assert_eq!(state.active_blocks, self.trie.pinned_blocks(slot).len() + outputs);
             assert_eq!(state.active_tokens, tokens);
             assert_eq!(self.slot_of.get(&state.worker), Some(&slot));

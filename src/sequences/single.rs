@@ -214,7 +214,8 @@ impl ActiveSequences {
         isl: usize,
         overlap: u32,
     ) -> (usize, usize) {
-        (self.potential_blocks(sequence), self.active_tokens() + self.new_tokens(isl, overlap))
+        let tokens = self.active_tokens().saturating_add(self.new_tokens(isl, overlap));
+        (self.potential_blocks(sequence), tokens)
     }
 
     #[cfg(all(test, not(loom)))]

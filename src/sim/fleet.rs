@@ -7,7 +7,7 @@
 //!
 //! Pure longest-prefix routing would send the whole Mooncake trace to one worker (every request
 //! starts with the same system-prompt block), so [`Routing::BoundedShare`] caps each worker at
-//! `(1 + share_slack) · n / W` of the first `n` requests (DESIGN.md §6).
+//! `(1 + share_slack) · n / W` of the first `n` requests (ARCHITECTURE.md §7).
 
 use std::fmt;
 

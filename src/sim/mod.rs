@@ -1,5 +1,5 @@
 //! Workload simulation: Mooncake traces, mock engine KV caches and a fleet replayer that turns a
-//! trace into the KV event stream a real fleet would publish (DESIGN.md §6).
+//! trace into the KV event stream a real fleet would publish (ARCHITECTURE.md §5.5).
 //!
 //! ```no_run
 //! use kvroute::index::ReferenceIndex;

@@ -79,7 +79,14 @@ fn main() -> ExitCode {
         // Several capacities take turns, so the machine's drift hits them alike.
         let turn = (rep - 1) % queues.len();
         let queue_capacity = queues[turn];
-        let pool = EventPool::new(PoolConfig { lanes, queue_capacity, ..PoolConfig::default() });
+        let config = PoolConfig { lanes, queue_capacity, ..PoolConfig::default() };
+        let pool = match EventPool::new(config) {
+            Ok(pool) => pool,
+            Err(error) => {
+                eprintln!("{error}");
+                return ExitCode::FAILURE;
+            }
+        };
         // Cloned ahead (the producer only sends and the lanes are the bottleneck), or inside
         // the timed loop as the comparison does.
         let events = if clone_inside { Vec::new() } else { workload.events.clone() };

@@ -1,6 +1,5 @@
 //! [`Handback`]: values a lane thread hands back for producer threads to drop, so that memory a
-//! producer allocated is freed where it was allocated (see `index/spent.rs` for why that
-//! matters).
+//! producer allocated is freed where it was allocated (see `spent.rs` for why that matters).
 //!
 //! Two buffers of fixed capacity take turns: the lane moves values into `handed`; a producer
 //! swaps `handed` with the empty `emptied` and drops the values there, holding only the

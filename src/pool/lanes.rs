@@ -10,6 +10,7 @@
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use super::{LaneDown, SpawnError};
 use crate::sync::channel::{self, Receiver, Sender, TrySendError};
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Gate, JoinHandle, Ordering, fence, spawn};
 
@@ -39,18 +40,6 @@ enum Envelope<L: Lane> {
     /// Runs a closure on the lane's state, in queue order.
     Task(Task<L>),
 }
-
-/// A lane of the pool has stopped: its handler panicked (see the [module docs](self)).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LaneDown;
-
-impl fmt::Display for LaneDown {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a lane of the pool has stopped")
-    }
-}
-
-impl std::error::Error for LaneDown {}
 
 /// Why [`StickyPool::try_send`] did not enqueue a message; the message comes back.
 #[derive(Debug, PartialEq, Eq)]
@@ -128,25 +117,35 @@ pub struct StickyPool<L: Lane> {
 
 impl<L: Lane> StickyPool<L> {
     /// Starts `lanes` lanes (at least one), each with a queue of `queue_capacity` messages and the
-    /// state `make_lane(lane_index)`.
-    pub fn new(lanes: usize, queue_capacity: usize, mut make_lane: impl FnMut(usize) -> L) -> Self {
+    /// state `make_lane(lane_index)`. Fails if the OS refuses a thread; the lanes already
+    /// started are then stopped and joined.
+    pub fn new(
+        lanes: usize,
+        queue_capacity: usize,
+        mut make_lane: impl FnMut(usize) -> L,
+    ) -> Result<Self, SpawnError> {
         let lanes = lanes.max(1);
         let capacity = queue_capacity.max(1);
-        let mut senders = Vec::with_capacity(lanes);
-        let mut rooms = Vec::with_capacity(lanes);
-        let mut threads = Vec::with_capacity(lanes);
+        let mut pool = Self {
+            senders: Vec::with_capacity(lanes),
+            rooms: Vec::with_capacity(lanes),
+            threads: Vec::with_capacity(lanes),
+        };
         for index in 0..lanes {
             let (sender, receiver) = channel::bounded(capacity);
             let room = Arc::new(Room { low: capacity / 2, ..Room::default() });
             let lane = make_lane(index);
             let lane_room = room.clone();
-            threads.push(spawn(format!("kvroute-lane-{index}"), move || {
+            // On failure `pool` drops: its drop closes the started lanes' queues and joins them.
+            let thread = spawn(format!("kvroute-lane-{index}"), move || {
                 run(lane, LaneQueue { receiver: Some(receiver), room: lane_room })
-            }));
-            senders.push(sender);
-            rooms.push(room);
+            })
+            .map_err(SpawnError::from)?;
+            pool.threads.push(thread);
+            pool.senders.push(sender);
+            pool.rooms.push(room);
         }
-        Self { senders, rooms, threads }
+        Ok(pool)
     }
 
     /// The number of lanes.
@@ -364,7 +363,7 @@ mod tests {
     #[test]
     fn one_keys_messages_stay_in_order_and_flush_waits_for_them() {
         let log = Arc::new(Mutex::new(Vec::new()));
-        let pool = StickyPool::new(3, 4, |_| Recorder(log.clone()));
+        let pool = StickyPool::new(3, 4, |_| Recorder(log.clone())).expect("lanes start");
         for value in 0..200 {
             for key in 0..5u64 {
                 pool.send(key as usize, (key, value)).unwrap();
@@ -383,7 +382,7 @@ mod tests {
     fn tasks_see_lane_state_and_drop_finishes_the_queue() {
         let log = Arc::new(Mutex::new(Vec::new()));
         {
-            let pool = StickyPool::new(2, 16, |_| Recorder(log.clone()));
+            let pool = StickyPool::new(2, 16, |_| Recorder(log.clone())).expect("lanes start");
             pool.send(1, (1, 1)).unwrap();
             let seen = pool.run_on_lane(1, |lane: &mut Recorder| lane.0.lock().len()).unwrap();
             assert_eq!(seen, 1);
@@ -418,7 +417,7 @@ mod tests {
         std::thread::spawn(move || {
             let gate = Arc::new(Mutex::new(()));
             let held = gate.lock();
-            let pool = Arc::new(StickyPool::new(1, 16, |_| Fragile));
+            let pool = Arc::new(StickyPool::new(1, 16, |_| Fragile).expect("lanes start"));
             pool.send(0, Step::Wait(gate.clone())).unwrap();
             pool.send(0, Step::Explode).unwrap();
             // A task queued behind the panic: its caller must not wait forever.
@@ -466,7 +465,7 @@ mod tests {
     fn a_producer_waiting_for_room_runs_its_hook_when_the_lane_asks() {
         let gates: Vec<Arc<Mutex<()>>> = (0..3).map(|_| Arc::new(Mutex::new(()))).collect();
         let mut held: Vec<_> = gates.iter().map(|gate| Some(gate.lock())).collect();
-        let pool = Arc::new(StickyPool::new(1, 2, |_| Calling));
+        let pool = Arc::new(StickyPool::new(1, 2, |_| Calling).expect("lanes start"));
         let queued = |pool: &StickyPool<Calling>| pool.senders[0].len();
         // The lane takes the first message and waits in it; two more fill the queue.
         pool.send(0, Some(gates[0].clone())).unwrap();
@@ -519,7 +518,7 @@ mod tests {
         }
         let gate = Arc::new(Mutex::new(()));
         let held = gate.lock();
-        let pool = StickyPool::new(1, 1, |_| Slow(gate.clone()));
+        let pool = StickyPool::new(1, 1, |_| Slow(gate.clone())).expect("lanes start");
         let mut full = false;
         for _ in 0..4 {
             full |= matches!(pool.try_send(0, ()), Err(TrySend::Full(())));

@@ -1,0 +1,74 @@
+//! [`PoolConfigError`]: why an [`EventPool`](super::EventPool) could not start, and the
+//! validation of a [`PoolConfig`] behind it.
+//!
+//! Sizes are checked before anything is allocated or spawned: zero lanes, queue slots or
+//! workers make no working index, and lane counts or queues beyond the limits below are taken
+//! for mistakes (each lane is an OS thread; each queue slot may hold an event).
+
+use std::fmt;
+
+use super::PoolConfig;
+use crate::pool::SpawnError;
+
+/// The most lanes (threads) a pool may have.
+pub const MAX_LANES: usize = 1024;
+
+/// The most events a lane's queue may hold.
+pub const MAX_QUEUE_CAPACITY: usize = 1 << 24;
+
+/// Why a [`PoolConfig`] was rejected or its pool could not start. Nothing is left running.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PoolConfigError {
+    /// `lanes` is 0.
+    ZeroLanes,
+    /// `queue_capacity` is 0.
+    ZeroQueueCapacity,
+    /// `max_workers` is 0.
+    ZeroMaxWorkers,
+    /// `lanes` is above [`MAX_LANES`].
+    TooManyLanes(usize),
+    /// `queue_capacity` is above [`MAX_QUEUE_CAPACITY`].
+    QueueTooLarge(usize),
+    /// The OS would not start a lane's thread.
+    Spawn(SpawnError),
+}
+
+impl fmt::Display for PoolConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ZeroLanes => f.write_str("an index pool needs at least one lane"),
+            Self::ZeroQueueCapacity => f.write_str("an index pool's queues need room for an event"),
+            Self::ZeroMaxWorkers => f.write_str("an index pool must admit at least one worker"),
+            Self::TooManyLanes(n) => write!(f, "{n} lanes is more than the {MAX_LANES} allowed"),
+            Self::QueueTooLarge(n) => {
+                write!(f, "a queue of {n} events is more than the {MAX_QUEUE_CAPACITY} allowed")
+            }
+            Self::Spawn(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for PoolConfigError {}
+
+impl From<SpawnError> for PoolConfigError {
+    fn from(error: SpawnError) -> Self {
+        Self::Spawn(error)
+    }
+}
+
+impl PoolConfig {
+    /// Checks the sizes: none may be zero, and lanes and queues may not exceed [`MAX_LANES`]
+    /// and [`MAX_QUEUE_CAPACITY`]. [`EventPool::new`](super::EventPool::new) does this first.
+    pub fn validate(&self) -> Result<(), PoolConfigError> {
+        use PoolConfigError as E;
+        match (self.lanes, self.queue_capacity, self.max_workers) {
+            (0, _, _) => Err(E::ZeroLanes),
+            (_, 0, _) => Err(E::ZeroQueueCapacity),
+            (_, _, 0) => Err(E::ZeroMaxWorkers),
+            (lanes, _, _) if lanes > MAX_LANES => Err(E::TooManyLanes(lanes)),
+            (_, queue, _) if queue > MAX_QUEUE_CAPACITY => Err(E::QueueTooLarge(queue)),
+            _ => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,272 @@
+//! Epoch-based publication of heap values that readers use without locks.
+//!
+//! One writer replaces a value; readers [`pin`] once per operation and
+//! [`Published::load`] it. What the writer unlinks goes to its [`Reclaimer`] and
+//! is freed on the writer's thread once every reader pinned before the unlinking has unpinned:
+//! readers only ever run a flag store for it, never a destructor, so a query's latency does not
+//! depend on how much the writer retires. Normally pinning is `crossbeam-epoch`'s; under loom
+//! nothing is freed before the reclaimer drops, so loom sees our own orderings only.
+
+/// A value the writer has unlinked and readers may still hold.
+pub type Garbage = Box<dyn Send>;
+
+#[cfg(not(loom))]
+mod imp {
+    use std::collections::VecDeque;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use crossbeam_epoch::{self as ce, Atomic, Owned};
+
+    use super::Garbage;
+
+    /// Keeps every value loaded through it alive while it lives.
+    pub struct Guard(ce::Guard);
+
+    /// Pins the current thread; values loaded under the guard stay alive until it drops.
+    pub fn pin() -> Guard {
+        Guard(ce::pin())
+    }
+
+    impl Guard {
+        /// Hands this thread's deferred work to the global queue, so batches sealed by a
+        /// writer going idle do not wait for its next pin.
+        pub fn flush(&self) {
+            self.0.flush();
+        }
+    }
+
+    /// A writer's retired values, freed on its own thread in batches once no reader can hold
+    /// them; see the [module docs](super).
+    #[derive(Default)]
+    pub struct Reclaimer {
+        batch: Vec<Garbage>,
+        /// Sealed batches, oldest first, each with its number.
+        sealed: VecDeque<(u64, Vec<Garbage>)>,
+        /// Batches sealed so far.
+        seals: u64,
+        /// The highest batch number the epoch has found safe: safety is monotone (a batch
+        /// sealed earlier waits for a subset of the readers a later one waits for), so every
+        /// batch up to it is safe too.
+        safe: Arc<AtomicU64>,
+        /// An emptied batch kept for its allocation (up to a size).
+        spare: Vec<Garbage>,
+    }
+
+    impl Reclaimer {
+        /// Adds `garbage` (already unlinked) to the open batch.
+        pub fn retire(&mut self, garbage: Garbage) {
+            self.batch.push(garbage);
+        }
+
+        /// Closes the open batch: it becomes free to drop once every thread pinned now has
+        /// unpinned.
+        pub fn seal(&mut self, guard: &Guard) {
+            if self.batch.is_empty() {
+                return;
+            }
+            self.seals += 1;
+            let (number, safe) = (self.seals, self.safe.clone());
+            guard.0.defer(move || safe.fetch_max(number, Ordering::Release));
+            let batch = std::mem::replace(&mut self.batch, std::mem::take(&mut self.spare));
+            self.sealed.push_back((number, batch));
+        }
+
+        /// Drops the sealed batches no reader can hold any more.
+        pub fn reclaim(&mut self) {
+            let safe = self.safe.load(Ordering::Acquire);
+            while self.sealed.front().is_some_and(|&(number, _)| number <= safe) {
+                let (_, mut batch) = self.sealed.pop_front().expect("checked above");
+                batch.clear();
+                // Keep a usual batch's allocation, not a mass removal's.
+                const SPARE_MAX: usize = 1024;
+                if batch.capacity() > self.spare.capacity() && batch.capacity() <= SPARE_MAX {
+                    self.spare = batch;
+                }
+            }
+        }
+    }
+
+    impl Drop for Reclaimer {
+        fn drop(&mut self) {
+            // Readers may still hold some of it: leave it to the epoch.
+            let mut rest = std::mem::take(&mut self.batch);
+            rest.extend(self.sealed.drain(..).flat_map(|(_, batch)| batch));
+            if !rest.is_empty() {
+                ce::pin().defer(move || drop(rest));
+            }
+        }
+    }
+
+    /// A published heap value.
+    pub struct Published<T>(Atomic<T>);
+
+    impl<T: Send + Sync + 'static> Published<T> {
+        /// Publishes `value`.
+        pub fn new(value: T) -> Self {
+            Self(Atomic::new(value))
+        }
+
+        /// The current value.
+        pub fn load<'g>(&self, guard: &'g Guard) -> &'g T {
+            let shared = self.0.load(Ordering::Acquire, &guard.0);
+            // SAFETY: the pointer is never null (set in `new`, swapped for non-null values in
+            // `replace`), and a replaced value is freed only by the reclaimer once every
+            // guard that could have loaded it is gone, so it outlives `'g`.
+            unsafe { shared.deref() }
+        }
+
+        /// Publishes `value` and retires the old one to the (only) writer's `reclaimer`.
+        pub fn replace(&self, value: T, reclaimer: &mut Reclaimer) {
+            // SAFETY (unprotected): only the writer swaps this cell, and it takes the old
+            // value over at once; nothing is dereferenced under the unprotected guard.
+            let old =
+                self.0.swap(Owned::new(value), Ordering::AcqRel, unsafe { ce::unprotected() });
+            // SAFETY: `old` is unlinked (no later `load` returns it), came from `Owned` and
+            // is non-null; the reclaimer frees it only after readers that loaded it unpin.
+            let old = unsafe { old.into_owned() }.into_box();
+            reclaimer.retire(old);
+        }
+    }
+
+    impl<T> Drop for Published<T> {
+        fn drop(&mut self) {
+            // SAFETY: `&mut self` means no reader can be using the cell any more, and the
+            // pointer came from `Owned` and is non-null.
+            unsafe {
+                let current = self.0.load(Ordering::Relaxed, ce::unprotected());
+                drop(current.into_owned());
+            }
+        }
+    }
+}
+
+#[cfg(loom)]
+mod imp {
+    use loom::sync::atomic::{AtomicPtr, Ordering};
+
+    use super::Garbage;
+
+    /// Under loom nothing is reclaimed before the reclaimer drops, so a guard is empty.
+    pub struct Guard;
+
+    /// Pins nothing (see [`Guard`]).
+    pub fn pin() -> Guard {
+        Guard
+    }
+
+    impl Guard {
+        /// Nothing to hand over.
+        pub fn flush(&self) {}
+    }
+
+    /// Keeps every retired value until it drops (the models join their readers first).
+    #[derive(Default)]
+    pub struct Reclaimer {
+        kept: Vec<Garbage>,
+    }
+
+    impl Reclaimer {
+        /// Keeps `garbage`.
+        pub fn retire(&mut self, garbage: Garbage) {
+            self.kept.push(garbage);
+        }
+
+        /// Nothing to seal.
+        pub fn seal(&mut self, _guard: &Guard) {}
+
+        /// Nothing is freed early.
+        pub fn reclaim(&mut self) {}
+    }
+
+    /// A published heap value.
+    pub struct Published<T> {
+        current: AtomicPtr<T>,
+    }
+
+    // SAFETY: the cell owns its `T` like a `Box` would; sharing it shares `&T` only.
+    unsafe impl<T: Send + Sync> Send for Published<T> {}
+    // SAFETY: as above.
+    unsafe impl<T: Send + Sync> Sync for Published<T> {}
+
+    impl<T: Send + Sync + 'static> Published<T> {
+        /// Publishes `value`.
+        pub fn new(value: T) -> Self {
+            Self { current: AtomicPtr::new(Box::into_raw(Box::new(value))) }
+        }
+
+        /// The current value.
+        pub fn load<'g>(&self, _guard: &'g Guard) -> &'g T {
+            // SAFETY: non-null; a replaced value is kept by the reclaimer, which the models
+            // drop only after their readers are joined.
+            unsafe { &*self.current.load(Ordering::Acquire) }
+        }
+
+        /// Publishes `value`; the reclaimer keeps the old one.
+        pub fn replace(&self, value: T, reclaimer: &mut Reclaimer) {
+            let old = self.current.swap(Box::into_raw(Box::new(value)), Ordering::AcqRel);
+            // SAFETY: `old` came from `Box::into_raw` and is unlinked; it is owned once.
+            reclaimer.retire(unsafe { Box::from_raw(old) });
+        }
+    }
+
+    impl<T> Drop for Published<T> {
+        fn drop(&mut self) {
+            let current = self.current.with_mut(|p| *p);
+            // SAFETY: the pointer came from `Box::into_raw` and is freed exactly once.
+            drop(unsafe { Box::from_raw(current) });
+        }
+    }
+}
+
+pub use imp::*;
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::{Reclaimer, pin};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    struct Counted(Arc<AtomicUsize>);
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A sealed batch waits for a reader pinned before the seal, then is freed by `reclaim`.
+    #[test]
+    fn a_batch_outlives_earlier_readers_and_is_then_freed() {
+        let freed = Arc::new(AtomicUsize::new(0));
+        let mut reclaimer = Reclaimer::default();
+        std::thread::scope(|scope| {
+            let (pinned_tx, pinned_rx) = std::sync::mpsc::channel();
+            let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+            let reader = scope.spawn(move || {
+                let guard = pin();
+                pinned_tx.send(()).unwrap();
+                release_rx.recv().unwrap();
+                drop(guard);
+            });
+            pinned_rx.recv().unwrap();
+            reclaimer.retire(Box::new(Counted(freed.clone())));
+            reclaimer.seal(&pin());
+            for _ in 0..1000 {
+                pin().flush();
+                reclaimer.reclaim();
+            }
+            assert_eq!(freed.load(Ordering::Relaxed), 0, "freed under a pinned reader");
+            release_tx.send(()).unwrap();
+            reader.join().unwrap();
+        });
+        for _ in 0..100_000 {
+            if freed.load(Ordering::Relaxed) == 1 {
+                break;
+            }
+            pin().flush();
+            reclaimer.reclaim();
+        }
+        assert_eq!(freed.load(Ordering::Relaxed), 1);
+    }
+}
