@@ -27,7 +27,7 @@ use super::stats::RecoveryStats;
 ///
 /// let worker = Worker::new(7, 0);
 /// let engine = LocalIndexer::new(worker, StorageTier::Device, 1_024)?; // the engine's record
-/// let index = EventPool::new(PoolConfig::default());
+/// let index = EventPool::new(PoolConfig::default())?;
 /// let recovery = EventRecovery::new(&index, RecoveryConfig::default())?;
 ///
 /// let first = engine.publish(KvEventData::Stored { parent: None, blocks: vec![StoredBlock::new(1, 10)] });
