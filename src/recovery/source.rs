@@ -54,6 +54,11 @@ impl std::error::Error for RecoveryError {}
 
 /// The engine side's record of its events, asked synchronously (from the thread that runs
 /// [`EventRecovery::run_pending`](super::EventRecovery::run_pending), never from a query).
+///
+/// Contract: a source records every event before the event is published, so it never answers
+/// with less than what has already arrived. An event that arrived before the source's answer
+/// and that the source has never published is a leftover from an earlier run of a restarted
+/// worker, and is dropped.
 pub trait RecoverySource {
     /// The events of (`worker`, `tier`) from `from_id` on, or a dump when they are gone.
     fn events_since(

@@ -47,6 +47,9 @@ pub struct Job {
     /// What to fetch.
     pub kind: JobKind,
     epoch: u64,
+    /// The stream's arrival count when the fetch was issued: events buffered before it were
+    /// published before the source answered.
+    issued: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,7 +63,9 @@ enum Phase {
 struct Stream {
     cursor: Cursor,
     phase: Phase,
-    buffer: BTreeMap<u64, RouterEvent>,
+    /// Buffered events by id, each with its arrival number.
+    buffer: BTreeMap<u64, (u64, RouterEvent)>,
+    arrivals: u64,
     epoch: u64,
     failures: u32,
     gap_since: Option<Instant>,
@@ -73,6 +78,7 @@ impl Stream {
             cursor: Cursor::Initial,
             phase: Phase::Live,
             buffer: BTreeMap::new(),
+            arrivals: 0,
             epoch: 0,
             failures: 0,
             gap_since: None,
@@ -153,7 +159,7 @@ impl RecoveryState {
             if let Phase::Waiting { kind, at } = stream.phase
                 && at <= now
             {
-                let job = Job { stream: key, kind, epoch: stream.epoch };
+                let job = Job { stream: key, kind, epoch: stream.epoch, issued: stream.arrivals };
                 stream.phase = Phase::Fetching(job);
                 jobs.push(job);
             }
@@ -193,6 +199,7 @@ impl RecoveryState {
                 out.push(Action::Clear(worker, tier));
                 out.extend(dump.events.into_iter().map(Action::Apply));
                 stream.cursor = Cursor::Live(dump.last_event_id);
+                drop_phantoms(stream, dump.last_event_id, job.issued);
                 stream.stats.restores += 1;
                 stream.phase = Phase::Live;
                 drain(stream, now, out);
@@ -201,17 +208,22 @@ impl RecoveryState {
                 let Cursor::Live(last) = stream.cursor else {
                     unreachable!("an incremental fetch starts only from a live cursor")
                 };
+                let mut source_last = from - 1;
                 for event in events {
                     let id = event.event.event_id;
-                    if id > last && event.worker() == worker && event.tier == tier {
-                        stream.buffer.entry(id).or_insert(event);
+                    if event.worker() == worker && event.tier == tier {
+                        source_last = source_last.max(id);
+                        if id > last {
+                            stream.buffer.entry(id).or_insert((job.issued, event));
+                        }
                     }
                 }
-                if !stream.buffer.contains_key(&from) {
+                drop_phantoms(stream, source_last, job.issued);
+                if source_last >= from && !stream.buffer.contains_key(&from) {
                     // The source did not have what it was asked for: a failed attempt.
                     return failed(stream, &self.config, job.kind, now);
                 }
-                stream.stats.incremental_recoveries += 1;
+                stream.stats.incremental_recoveries += u64::from(source_last >= from);
                 stream.phase = Phase::Live;
                 drain(stream, now, out);
             }
@@ -272,7 +284,16 @@ fn buffer(stream: &mut Stream, event: RouterEvent, capacity: usize, now: Instant
             stream.start(JobKind::Full, now);
         }
     }
-    stream.buffer.insert(id, event);
+    stream.arrivals += 1;
+    stream.buffer.insert(id, (stream.arrivals, event));
+}
+
+/// Buffered events the source has never published although they arrived before it answered:
+/// left over from an earlier run of a restarted worker (its ids are reused). Dropped.
+fn drop_phantoms(stream: &mut Stream, source_last: u64, issued: u64) {
+    let before = stream.buffer.len();
+    stream.buffer.retain(|&id, &mut (arrival, _)| id <= source_last || arrival > issued);
+    stream.stats.phantoms += (before - stream.buffer.len()) as u64;
 }
 
 /// A `Cleared` past the cursor: everything before it is moot. Applies it, drops what was
@@ -301,7 +322,7 @@ fn drain(stream: &mut Stream, now: Instant, out: &mut Vec<Action>) {
             break;
         }
         last += 1;
-        out.push(Action::Apply(entry.remove()));
+        out.push(Action::Apply(entry.remove().1));
     }
     stream.cursor = Cursor::Live(last);
     if stream.buffer.is_empty() {

@@ -85,13 +85,14 @@ fn the_first_event_of_a_stream_waits_for_a_full_restore() {
     let mut state = RecoveryState::new(RecoveryConfig::default());
     let mut out = Vec::new();
     state.on_event(stored(5), now, &mut out);
-    state.on_event(stored(6), now, &mut out);
-    assert!(out.is_empty());
     let jobs = state.due_jobs(now);
     assert_eq!(jobs.iter().map(|j| j.kind).collect::<Vec<_>>(), [JobKind::Full]);
-    let dump = Dump { events: vec![stored(3)], last_event_id: 4 };
+    state.on_event(stored(6), now, &mut out);
+    assert!(out.is_empty());
+    // The dump covers 5 (the source records before it publishes); 6 came after.
+    let dump = Dump { events: vec![stored(3)], last_event_id: 5 };
     state.on_result(jobs[0], Ok(Recovered::Dump(dump)), now, &mut out);
-    assert_eq!(applied(&out), [3, 5, 6]);
+    assert_eq!(applied(&out), [3, 6]);
     assert_eq!(stream(&state).restores, 1);
 }
 
@@ -111,7 +112,7 @@ fn a_cleared_barrier_drops_the_fetch_in_flight_and_what_was_buffered_before_it()
     assert_eq!(stream(&state).discarded_results, 1);
     let jobs = state.due_jobs(now);
     assert_eq!(jobs[0].kind, JobKind::Since(8));
-    state.on_result(jobs[0], Ok(Recovered::Events(vec![stored(8)])), now, &mut out);
+    state.on_result(jobs[0], Ok(Recovered::Events(vec![stored(8), stored(9)])), now, &mut out);
     assert_eq!(applied(&out), [7, 8, 9]);
 }
 
@@ -121,10 +122,10 @@ fn a_restarted_worker_is_restored_not_ignored() {
     let mut state = live_at(50, now);
     let mut out = Vec::new();
     state.on_event(stored(1), now, &mut out);
-    state.on_event(stored(2), now, &mut out);
-    assert!(out.is_empty());
     let job = state.due_jobs(now)[0];
     assert_eq!(job.kind, JobKind::Full);
+    state.on_event(stored(2), now, &mut out);
+    assert!(out.is_empty());
     let dump = Dump { events: vec![stored(1)], last_event_id: 1 };
     state.on_result(job, Ok(Recovered::Dump(dump)), now, &mut out);
     assert_eq!(out[0], Action::Clear(W, StorageTier::Device));
@@ -191,4 +192,19 @@ fn duplicates_are_dropped_and_counted() {
     }
     assert_eq!(applied(&out), [2, 3]);
     assert_eq!(stream(&state).duplicates, 3);
+}
+
+#[test]
+fn events_left_over_from_before_a_restart_are_dropped_not_waited_for() {
+    let now = Instant::now();
+    let mut state = live_at(1, now);
+    let mut out = Vec::new();
+    // 7 was published by the worker's previous run; its new run has published only up to 1.
+    state.on_event(stored(7), now, &mut out);
+    let job = state.due_jobs(now)[0];
+    assert_eq!(job.kind, JobKind::Since(2));
+    state.on_result(job, Ok(Recovered::Events(Vec::new())), now, &mut out);
+    let stats = stream(&state);
+    assert_eq!((stats.phantoms, stats.recovering, stats.buffered), (1, false, 0));
+    assert!(out.is_empty());
 }

@@ -29,6 +29,8 @@ pub struct StreamStats {
     pub failed_fetches: u64,
     /// Fetch results thrown away because a barrier or a newer fetch had overtaken them.
     pub discarded_results: u64,
+    /// Buffered events the source never published (left over from before a restart), dropped.
+    pub phantoms: u64,
     /// Live events dropped because the buffer was full.
     pub buffer_overflows: u64,
     /// Live events buffered now.
