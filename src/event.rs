@@ -84,6 +84,12 @@ pub enum StorageTier {
     External,
 }
 
+impl StorageTier {
+    /// Every tier, device first.
+    pub const ALL: [StorageTier; 4] =
+        [StorageTier::Device, StorageTier::HostPinned, StorageTier::Disk, StorageTier::External];
+}
+
 /// One block of a [`KvEventData::Stored`] event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]

@@ -8,8 +8,8 @@ use crate::sync::Mutex;
 
 use super::config::{RecoveryConfig, RecoveryConfigError};
 use super::sink::EventSink;
-use super::source::RecoverySource;
-use super::state::{Action, RecoveryState};
+use super::source::{Recovered, RecoverySource};
+use super::state::{Action, JobKind, RecoveryState};
 use super::stats::RecoveryStats;
 
 /// Feeds an index from event streams that may lose, duplicate and reorder events, or restart.
@@ -45,14 +45,13 @@ use super::stats::RecoveryStats;
 #[derive(Debug)]
 pub struct EventRecovery<S: EventSink> {
     sink: S,
-    state: Mutex<RecoveryState>,
+    core: RecoveryCore,
 }
 
 impl<S: EventSink> EventRecovery<S> {
     /// Recovery in front of `sink`.
     pub fn new(sink: S, config: RecoveryConfig) -> Result<Self, RecoveryConfigError> {
-        config.validate()?;
-        Ok(Self { sink, state: Mutex::new(RecoveryState::new(config)) })
+        Ok(Self { sink, core: RecoveryCore::new(config)? })
     }
 
     /// The index fed.
@@ -63,60 +62,104 @@ impl<S: EventSink> EventRecovery<S> {
     /// Takes one live event: applies it if it is the next of its stream, drops it if already
     /// applied, or keeps it and schedules a recovery.
     pub fn ingest(&self, event: RouterEvent) -> Result<(), LaneDown> {
-        let mut state = self.state.lock();
-        let mut actions = Vec::new();
-        state.on_event(event, Instant::now(), &mut actions);
-        // Applied under the lock: a stream's events reach the index in the decided order.
-        self.perform(actions)
+        self.core.ingest(&self.sink, event)
     }
 
     /// Runs every fetch due now against `source` and applies the results. Returns how many
     /// fetches ran.
     pub fn run_pending(&self, source: &dyn RecoverySource) -> Result<usize, LaneDown> {
-        let jobs = self.state.lock().due_jobs(Instant::now());
-        for &job in &jobs {
-            let (worker, tier) = job.stream;
-            let result = match job.kind {
-                super::JobKind::Since(from) => source.events_since(worker, tier, from),
-                super::JobKind::Full => source.full_dump(worker, tier).map(super::Recovered::Dump),
-            };
-            let mut state = self.state.lock();
-            let mut actions = Vec::new();
-            state.on_result(job, result, Instant::now(), &mut actions);
-            self.perform(actions)?;
-        }
-        Ok(jobs.len())
+        self.core.run_pending(&self.sink, source)
     }
 
     /// When the next waiting fetch is due (a retry after backoff), if any is waiting.
     pub fn next_due(&self) -> Option<Instant> {
-        self.state.lock().next_due()
+        self.core.next_due()
     }
 
     /// Forgets worker `id`'s streams; recoveries in flight for it are dropped when they return.
     /// (Removing it from the index is the caller's.)
     pub fn remove_worker(&self, id: WorkerId) {
-        self.state.lock().remove_worker(id);
+        self.core.remove_worker(id);
     }
 
-    /// The stream's state was lost (say its index lane restarted, or the worker is known to
-    /// have restarted): restore it from a full dump at the next [`Self::run_pending`].
+    /// The stream's state was lost (its index lane restarted, or the worker came back under a
+    /// new instance id): restore it from a full dump at the next [`Self::run_pending`]. Events
+    /// from the worker's previous run must not be ingested after this (ids alone cannot tell
+    /// two runs apart).
     pub fn invalidate(&self, worker: Worker, tier: StorageTier) {
-        self.state.lock().invalidate((worker, tier), Instant::now());
+        self.core.invalidate(worker, tier);
     }
 
     /// Per-stream counters.
     pub fn stats(&self) -> RecoveryStats {
-        self.state.lock().stats()
+        self.core.stats()
+    }
+}
+
+/// The state machine behind its lock, for owners that hold the index themselves (the router).
+#[derive(Debug)]
+pub(crate) struct RecoveryCore {
+    state: Mutex<RecoveryState>,
+}
+
+impl RecoveryCore {
+    pub(crate) fn new(config: RecoveryConfig) -> Result<Self, RecoveryConfigError> {
+        config.validate()?;
+        Ok(Self { state: Mutex::new(RecoveryState::new(config)) })
     }
 
-    fn perform(&self, actions: Vec<Action>) -> Result<(), LaneDown> {
-        for action in actions {
-            match action {
-                Action::Apply(event) => self.sink.submit(event)?,
-                Action::Clear(worker, tier) => self.sink.clear(worker, tier)?,
-            }
-        }
-        Ok(())
+    pub(crate) fn ingest(&self, sink: &dyn EventSink, event: RouterEvent) -> Result<(), LaneDown> {
+        let mut state = self.state.lock();
+        let mut actions = Vec::new();
+        state.on_event(event, Instant::now(), &mut actions);
+        // Applied under the lock: a stream's events reach the index in the decided order.
+        perform(sink, actions)
     }
+
+    pub(crate) fn run_pending(
+        &self,
+        sink: &dyn EventSink,
+        source: &dyn RecoverySource,
+    ) -> Result<usize, LaneDown> {
+        let jobs = self.state.lock().due_jobs(Instant::now());
+        for &job in &jobs {
+            let (worker, tier) = job.stream;
+            // Asked outside the lock: ingestion goes on meanwhile.
+            let result = match job.kind {
+                JobKind::Since(from) => source.events_since(worker, tier, from),
+                JobKind::Full => source.full_dump(worker, tier).map(Recovered::Dump),
+            };
+            let mut state = self.state.lock();
+            let mut actions = Vec::new();
+            state.on_result(job, result, Instant::now(), &mut actions);
+            perform(sink, actions)?;
+        }
+        Ok(jobs.len())
+    }
+
+    pub(crate) fn next_due(&self) -> Option<Instant> {
+        self.state.lock().next_due()
+    }
+
+    pub(crate) fn remove_worker(&self, id: WorkerId) {
+        self.state.lock().remove_worker(id);
+    }
+
+    pub(crate) fn invalidate(&self, worker: Worker, tier: StorageTier) {
+        self.state.lock().invalidate((worker, tier), Instant::now());
+    }
+
+    pub(crate) fn stats(&self) -> RecoveryStats {
+        self.state.lock().stats()
+    }
+}
+
+fn perform(sink: &dyn EventSink, actions: Vec<Action>) -> Result<(), LaneDown> {
+    for action in actions {
+        match action {
+            Action::Apply(event) => sink.submit(event)?,
+            Action::Clear(worker, tier) => sink.clear(worker, tier)?,
+        }
+    }
+    Ok(())
 }

@@ -37,6 +37,7 @@ mod stats;
 pub use config::{RecoveryConfig, RecoveryConfigError};
 pub use cursor::{Cursor, Verdict};
 pub use ingest::EventRecovery;
+pub(crate) use ingest::RecoveryCore;
 pub use local_indexer::{LocalIndexer, ZeroCapacity};
 pub use sink::EventSink;
 pub use source::{Dump, Recovered, RecoveryError, RecoverySource};

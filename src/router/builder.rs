@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use crate::hash::BlockHasher;
 use crate::index::TieredIndex;
+use crate::recovery::RecoveryCore;
 use crate::router::approx::ApproxTracker;
 use crate::router::kv_router::{Counters, KvRouter};
 use crate::router::sessions::SessionTable;
@@ -98,6 +99,12 @@ impl KvRouterBuilder {
             rng,
             clock: self.clock,
             approx,
+            recovery: config
+                .recovery
+                .clone()
+                .map(RecoveryCore::new)
+                .transpose()
+                .map_err(RouterConfigError::Recovery)?,
             shared_cache: self.shared_cache,
             counters: Counters::default(),
             started: Instant::now(),

@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::index::PoolConfig;
+use crate::recovery::RecoveryConfig;
 use crate::sequences::DEFAULT_EXPIRY;
 
 /// How a [`KvRouter`](super::KvRouter) is set up. Every field has a documented default;
@@ -51,6 +52,12 @@ pub struct RouterConfig {
     pub replica_sync: bool,
     /// Approximate mode's settings (used when `use_kv_events` is false).
     pub approximate: ApproxConfig,
+    /// Event recovery (see [`crate::recovery`]): when set, events go through per-stream
+    /// cursors, and gaps, restarts and first contacts are healed from the source given to
+    /// [`KvRouter::run_recovery`](super::KvRouter::run_recovery), which the caller must then run
+    /// (a stream's first event waits for a full restore). Default `None`: events are applied
+    /// as they come.
+    pub recovery: Option<RecoveryConfig>,
     /// Session affinity's settings.
     pub sessions: SessionConfig,
     /// The device index's pool. Default [`PoolConfig::default`].
@@ -78,6 +85,7 @@ impl RouterConfig {
             expiry: Some(DEFAULT_EXPIRY),
             replica_sync: false,
             approximate: ApproxConfig::default(),
+            recovery: None,
             sessions: SessionConfig::default(),
             device_index: PoolConfig::default(),
             lower_tier_index: PoolConfig { lanes: 1, ..PoolConfig::default() },
@@ -122,6 +130,9 @@ impl RouterConfig {
         }
         for pool in [&self.device_index, &self.lower_tier_index] {
             pool.validate().map_err(E::Index)?;
+        }
+        if let Some(recovery) = &self.recovery {
+            recovery.validate().map_err(E::Recovery)?;
         }
         Ok(())
     }
@@ -222,6 +233,8 @@ pub enum RouterConfigError {
     MissingPublisher,
     /// The load tracker rejected its settings.
     Sequences(crate::sequences::ConfigError),
+    /// Recovery's settings are out of range.
+    Recovery(crate::recovery::RecoveryConfigError),
 }
 
 impl fmt::Display for RouterConfigError {
@@ -243,6 +256,7 @@ impl fmt::Display for RouterConfigError {
             Self::Index(e) => write!(f, "index: {e}"),
             Self::MissingPublisher => f.write_str("replica_sync is on but no publisher was given"),
             Self::Sequences(e) => write!(f, "load tracker: {e}"),
+            Self::Recovery(e) => write!(f, "recovery: {e}"),
         }
     }
 }

@@ -5,10 +5,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::event::{RouterEvent, Worker, WorkerId};
+use crate::event::{RouterEvent, StorageTier, Worker, WorkerId};
 use crate::hash::BlockHasher;
 use crate::index::{SubmitError, TieredIndex};
 use crate::pool::LaneDown;
+use crate::recovery::{EventSink, RecoveryCore, RecoverySource};
 use crate::router::approx::ApproxTracker;
 use crate::router::cost::{self, Scratch, Weights};
 use crate::router::request::{Candidate, RouteDecision, RouteInput, RouteRequest};
@@ -49,6 +50,7 @@ pub struct KvRouter {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) sessions: SessionTable,
     pub(crate) approx: Option<ApproxTracker>,
+    pub(crate) recovery: Option<RecoveryCore>,
     pub(crate) shared_cache: Option<Box<dyn SharedCache>>,
     pub(crate) counters: Counters,
     pub(crate) started: Instant,
@@ -111,6 +113,9 @@ impl KvRouter {
             approx.remove_worker(id);
         }
         self.sessions.remove_worker(id);
+        if let Some(recovery) = &self.recovery {
+            recovery.remove_worker(id);
+        }
         self.index.remove_worker(id)?;
         Ok(dropped)
     }
@@ -127,14 +132,59 @@ impl KvRouter {
         }
     }
 
-    /// Hands an engine's KV event to the index of its tier, waiting for room in its lane.
+    /// Hands an engine's KV event to the index of its tier, waiting for room in its lane (with
+    /// recovery on, through its stream's cursor first).
     pub fn apply_event(&self, event: RouterEvent) -> Result<(), LaneDown> {
-        self.index.apply_blocking(event)
+        match &self.recovery {
+            Some(recovery) => recovery.ingest(&self.index, event),
+            None => self.index.apply_blocking(event),
+        }
     }
 
     /// Hands an engine's KV event to the index without waiting (see [`TieredIndex::apply`]).
+    /// With recovery on this is [`Self::apply_event`]: a stream's events must keep their order
+    /// through the cursor, so they may wait for room.
     pub fn try_apply_event(&self, event: RouterEvent) -> Result<(), SubmitError> {
-        self.index.apply(event)
+        match &self.recovery {
+            Some(recovery) => {
+                let kept = event.clone();
+                recovery.ingest(&self.index, event).map_err(|_| SubmitError::LaneDown(kept))
+            }
+            None => self.index.apply(event),
+        }
+    }
+
+    /// Runs the recovery fetches due now against `source` (with recovery on; otherwise does
+    /// nothing). Call it from the thread that receives events, or a thread of its own, never
+    /// from the routing path; [`Self::recovery_due`] says when the next retry is due. Returns how
+    /// many fetches ran.
+    pub fn run_recovery(&self, source: &dyn RecoverySource) -> Result<usize, LaneDown> {
+        match &self.recovery {
+            Some(recovery) => recovery.run_pending(&self.index, source),
+            None => Ok(0),
+        }
+    }
+
+    /// When recovery's next waiting fetch (a retry after backoff) is due, if any.
+    pub fn recovery_due(&self) -> Option<Instant> {
+        self.recovery.as_ref().and_then(RecoveryCore::next_due)
+    }
+
+    /// A worker came back under a new instance id (or its state is otherwise known to be
+    /// lost): each of its streams is restored from a full dump at the next recovery run.
+    /// Without recovery, its state is dropped from the index instead.
+    pub fn worker_restarted(&self, worker: Worker) -> Result<(), LaneDown> {
+        match &self.recovery {
+            Some(recovery) => {
+                for tier in StorageTier::ALL {
+                    recovery.invalidate(worker, tier);
+                }
+                Ok(())
+            }
+            None => StorageTier::ALL
+                .into_iter()
+                .try_for_each(|tier| EventSink::clear(&self.index, worker, tier)),
+        }
     }
 
     /// Returns once every event handed in before is visible to routing.
@@ -481,6 +531,7 @@ impl KvRouter {
             shared_cache_failures: load(&self.counters.shared_cache_failures),
             index: self.index.stats(),
             approx: self.approx.as_ref().map(ApproxTracker::stats),
+            recovery: self.recovery.as_ref().map(RecoveryCore::stats),
             uptime: self.started.elapsed(),
         }
     }

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::index::PoolStats;
+use crate::recovery::RecoveryStats;
 use crate::router::ApproxStats;
 
 /// A snapshot of a router's counters and sizes.
@@ -29,6 +30,9 @@ pub struct RouterStats {
     pub index: [PoolStats; 4],
     /// Approximate mode's counters, when it is on.
     pub approx: Option<ApproxStats>,
+    /// Per-stream recovery counters (gaps, duplicates, restores, buffered events, time from gap
+    /// to healed), when recovery is on.
+    pub recovery: Option<RecoveryStats>,
     /// Time since the router started.
     pub uptime: Duration,
 }
