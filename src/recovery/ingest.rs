@@ -110,10 +110,13 @@ impl RecoveryCore {
 
     pub(crate) fn ingest(&self, sink: &dyn EventSink, event: RouterEvent) -> Result<(), LaneDown> {
         let mut state = self.state.lock();
-        let mut actions = Vec::new();
-        state.on_event(event, Instant::now(), &mut actions);
+        let mut actions = std::mem::take(&mut state.scratch);
+        // The clock is read only when a gap or a restore starts, not per event.
+        state.on_event(event, Instant::now, &mut actions);
         // Applied under the lock: a stream's events reach the index in the decided order.
-        perform(sink, actions)
+        let done = perform(sink, &mut actions);
+        state.scratch = actions;
+        done
     }
 
     pub(crate) fn run_pending(
@@ -132,7 +135,7 @@ impl RecoveryCore {
             let mut state = self.state.lock();
             let mut actions = Vec::new();
             state.on_result(job, result, Instant::now(), &mut actions);
-            perform(sink, actions)?;
+            perform(sink, &mut actions)?;
         }
         Ok(jobs.len())
     }
@@ -154,8 +157,9 @@ impl RecoveryCore {
     }
 }
 
-fn perform(sink: &dyn EventSink, actions: Vec<Action>) -> Result<(), LaneDown> {
-    for action in actions {
+/// Performs (and empties) `actions`; on a failure the rest are dropped.
+fn perform(sink: &dyn EventSink, actions: &mut Vec<Action>) -> Result<(), LaneDown> {
+    for action in actions.drain(..) {
         match action {
             Action::Apply(event) => sink.submit(event)?,
             Action::Clear(worker, tier) => sink.clear(worker, tier)?,

@@ -103,27 +103,35 @@ impl Stream {
 #[derive(Debug)]
 pub(crate) struct RecoveryState {
     config: RecoveryConfig,
-    streams: HashMap<StreamKey, Stream>,
+    streams: HashMap<StreamKey, Stream, ahash::RandomState>,
     orphan_results: u64,
+    /// The actions buffer, reused call after call (the ingest path allocates nothing).
+    pub(crate) scratch: Vec<Action>,
 }
 
 impl RecoveryState {
     pub(crate) fn new(config: RecoveryConfig) -> Self {
-        Self { config, streams: HashMap::new(), orphan_results: 0 }
+        Self { config, streams: HashMap::default(), orphan_results: 0, scratch: Vec::new() }
     }
 
     /// An incoming live event.
-    pub(crate) fn on_event(&mut self, event: RouterEvent, now: Instant, out: &mut Vec<Action>) {
+    pub(crate) fn on_event(
+        &mut self,
+        event: RouterEvent,
+        now: impl Fn() -> Instant,
+        out: &mut Vec<Action>,
+    ) {
         let capacity = self.config.buffer_capacity;
         let stream = self.streams.entry((event.worker(), event.tier)).or_insert_with(Stream::new);
         let id = event.event.event_id;
         let verdict = stream.cursor.classify(id);
         if matches!(event.event.data, KvEventData::Cleared) && verdict != Verdict::Stale {
-            return barrier(stream, event, now, out);
+            return barrier(stream, event, now(), out);
         }
         match verdict {
             Verdict::Stale => stream.stats.duplicates += 1,
             Verdict::Restore => {
+                let now = now();
                 if stream.cursor.last_applied().is_some() {
                     // Numbered from the start again: the worker restarted.
                     stream.stats.restarts += 1;
@@ -138,13 +146,14 @@ impl RecoveryState {
                 buffer(stream, event, capacity, now);
             }
             Verdict::Apply | Verdict::Gap { .. } if stream.recovering() => {
-                buffer(stream, event, capacity, now)
+                buffer(stream, event, capacity, now())
             }
             Verdict::Apply => {
                 out.push(Action::Apply(event));
                 stream.cursor = Cursor::Live(id);
             }
             Verdict::Gap { from } => {
+                let now = now();
                 stream.stats.gaps += 1;
                 buffer(stream, event, capacity, now);
                 stream.start(JobKind::Since(from), now);

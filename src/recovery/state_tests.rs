@@ -27,7 +27,7 @@ fn applied(actions: &[Action]) -> Vec<u64> {
 fn live_at(cursor: u64, now: Instant) -> RecoveryState {
     let mut state = RecoveryState::new(RecoveryConfig::default());
     let mut out = Vec::new();
-    state.on_event(RouterEvent::cleared(W, cursor), now, &mut out);
+    state.on_event(RouterEvent::cleared(W, cursor), || now, &mut out);
     assert_eq!(applied(&out), [cursor]);
     state
 }
@@ -42,7 +42,7 @@ fn cursor_at_35_with_1_to_40_queued_applies_36_first_then_37_to_40_in_order() {
     let mut state = live_at(35, now);
     let mut out = Vec::new();
     for id in (37..=40).rev() {
-        state.on_event(stored(id), now, &mut out);
+        state.on_event(stored(id), || now, &mut out);
     }
     assert!(out.is_empty(), "nothing past a gap is applied");
     let jobs = state.due_jobs(now);
@@ -64,7 +64,7 @@ fn a_stale_gappy_queue_behind_cursor_20_completes_with_nothing_pending() {
     let mut state = live_at(10, now);
     let mut out = Vec::new();
     for id in [13, 14, 18, 19] {
-        state.on_event(stored(id), now, &mut out);
+        state.on_event(stored(id), || now, &mut out);
     }
     let jobs = state.due_jobs(now);
     assert_eq!(jobs[0].kind, JobKind::Since(11));
@@ -84,10 +84,10 @@ fn the_first_event_of_a_stream_waits_for_a_full_restore() {
     let now = Instant::now();
     let mut state = RecoveryState::new(RecoveryConfig::default());
     let mut out = Vec::new();
-    state.on_event(stored(5), now, &mut out);
+    state.on_event(stored(5), || now, &mut out);
     let jobs = state.due_jobs(now);
     assert_eq!(jobs.iter().map(|j| j.kind).collect::<Vec<_>>(), [JobKind::Full]);
-    state.on_event(stored(6), now, &mut out);
+    state.on_event(stored(6), || now, &mut out);
     assert!(out.is_empty());
     // The dump covers 5 (the source records before it publishes); 6 came after.
     let dump = Dump { events: vec![stored(3)], last_event_id: 5 };
@@ -101,10 +101,10 @@ fn a_cleared_barrier_drops_the_fetch_in_flight_and_what_was_buffered_before_it()
     let now = Instant::now();
     let mut state = live_at(1, now);
     let mut out = Vec::new();
-    state.on_event(stored(4), now, &mut out);
-    state.on_event(stored(9), now, &mut out);
+    state.on_event(stored(4), || now, &mut out);
+    state.on_event(stored(9), || now, &mut out);
     let job = state.due_jobs(now)[0];
-    state.on_event(RouterEvent::cleared(W, 7), now, &mut out);
+    state.on_event(RouterEvent::cleared(W, 7), || now, &mut out);
     assert_eq!(applied(&out), [7], "the barrier applies at once");
     // 9 follows a new gap (8): a fresh fetch; the old one's result is thrown away.
     state.on_result(job, Ok(Recovered::Events((2..=9).map(stored).collect())), now, &mut out);
@@ -121,10 +121,10 @@ fn a_restarted_worker_is_restored_not_ignored() {
     let now = Instant::now();
     let mut state = live_at(50, now);
     let mut out = Vec::new();
-    state.on_event(stored(1), now, &mut out);
+    state.on_event(stored(1), || now, &mut out);
     let job = state.due_jobs(now)[0];
     assert_eq!(job.kind, JobKind::Full);
-    state.on_event(stored(2), now, &mut out);
+    state.on_event(stored(2), || now, &mut out);
     assert!(out.is_empty());
     let dump = Dump { events: vec![stored(1)], last_event_id: 1 };
     state.on_result(job, Ok(Recovered::Dump(dump)), now, &mut out);
@@ -138,7 +138,7 @@ fn failed_fetches_back_off_then_fall_back_to_a_full_restore() {
     let now = Instant::now();
     let mut state = live_at(1, now);
     let mut out = Vec::new();
-    state.on_event(stored(3), now, &mut out);
+    state.on_event(stored(3), || now, &mut out);
     let mut at = now;
     for attempt in 1..=3 {
         let job = state.due_jobs(at)[0];
@@ -159,9 +159,9 @@ fn a_full_buffer_drops_its_oldest_and_asks_for_a_full_restore() {
     let config = RecoveryConfig { buffer_capacity: 3, ..RecoveryConfig::default() };
     let mut state = RecoveryState::new(config);
     let mut out = Vec::new();
-    state.on_event(RouterEvent::cleared(W, 1), now, &mut out);
+    state.on_event(RouterEvent::cleared(W, 1), || now, &mut out);
     for id in 3..=6 {
-        state.on_event(stored(id), now, &mut out);
+        state.on_event(stored(id), || now, &mut out);
     }
     let stats = stream(&state);
     assert_eq!((stats.buffered, stats.buffer_overflows), (3, 1));
@@ -173,7 +173,7 @@ fn results_for_a_removed_worker_are_dropped() {
     let now = Instant::now();
     let mut state = live_at(1, now);
     let mut out = Vec::new();
-    state.on_event(stored(3), now, &mut out);
+    state.on_event(stored(3), || now, &mut out);
     let job = state.due_jobs(now)[0];
     state.remove_worker(W.id);
     state.on_result(job, Ok(Recovered::Events(vec![stored(2)])), now, &mut out);
@@ -188,7 +188,7 @@ fn duplicates_are_dropped_and_counted() {
     let mut state = live_at(1, now);
     let mut out = Vec::new();
     for id in [2, 2, 3, 2, 3] {
-        state.on_event(stored(id), now, &mut out);
+        state.on_event(stored(id), || now, &mut out);
     }
     assert_eq!(applied(&out), [2, 3]);
     assert_eq!(stream(&state).duplicates, 3);
@@ -200,7 +200,7 @@ fn events_left_over_from_before_a_restart_are_dropped_not_waited_for() {
     let mut state = live_at(1, now);
     let mut out = Vec::new();
     // 7 was published by the worker's previous run; its new run has published only up to 1.
-    state.on_event(stored(7), now, &mut out);
+    state.on_event(stored(7), || now, &mut out);
     let job = state.due_jobs(now)[0];
     assert_eq!(job.kind, JobKind::Since(2));
     state.on_result(job, Ok(Recovered::Events(Vec::new())), now, &mut out);

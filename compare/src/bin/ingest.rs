@@ -10,6 +10,10 @@
 //! shared VM the machine's speed still drifts by tens of percent over minutes: compare builds in
 //! alternating runs.
 //!
+//! `--recovery` alternates reps without and with `kvroute::recovery::EventRecovery` in front
+//! of the pool (every stream's cursor primed by a `Cleared` barrier before the clock starts), so
+//! the cost of the cursor check shows as the difference of the two medians.
+//!
 //! ```sh
 //! cargo run --release -p kvroute-compare --bin ingest -- --dup 1 --lanes 1 --reps 7
 //! ```
@@ -19,6 +23,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use kvroute::index::{EventPool, PoolConfig};
+use kvroute::recovery::{EventRecovery, RecoveryConfig};
+use kvroute::{RouterEvent, Worker};
 use kvroute_compare::workload::{self, EngineHashes};
 
 fn main() -> ExitCode {
@@ -26,11 +32,16 @@ fn main() -> ExitCode {
     let mut queues = vec![PoolConfig::default().queue_capacity];
     let mut clone_inside = false;
     let mut trim_first = false;
+    let mut with_recovery = false;
     let mut hashes = EngineHashes::Shared;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "--clone-inside" {
             clone_inside = true;
+            continue;
+        }
+        if flag == "--recovery" {
+            with_recovery = true;
             continue;
         }
         if flag == "--trim" {
@@ -57,7 +68,7 @@ fn main() -> ExitCode {
             _ => {
                 eprintln!(
                     "usage: ingest [--dup N] [--lanes L] [--reps R] [--queue Q[,Q…]] [--clone-inside] \
-                     [--trim] [--engine-hashes shared|per-worker]"
+                     [--trim] [--recovery] [--engine-hashes shared|per-worker]"
                 );
                 return ExitCode::FAILURE;
             }
@@ -75,9 +86,17 @@ fn main() -> ExitCode {
     let mut times = Vec::with_capacity(reps);
     let mut lane_cpus = Vec::with_capacity(reps);
     let mut by_queue: Vec<Vec<f64>> = vec![Vec::new(); queues.len()];
+    let modes: &[bool] = if with_recovery { &[false, true] } else { &[false] };
+    let mut by_mode: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
+    let mut streams: Vec<(Worker, kvroute::StorageTier)> =
+        workload.events.iter().map(|e| (e.worker(), e.tier)).collect();
+    streams.sort();
+    streams.dedup();
     for rep in 1..=reps {
-        // Several capacities take turns, so the machine's drift hits them alike.
+        // Several capacities (and modes) take turns, so the machine's drift hits them alike.
         let turn = (rep - 1) % queues.len();
+        let mode = (rep - 1) % modes.len();
+        let recovering = modes[mode];
         let queue_capacity = queues[turn];
         let config = PoolConfig { lanes, queue_capacity, ..PoolConfig::default() };
         let pool = match EventPool::new(config) {
@@ -93,16 +112,32 @@ fn main() -> ExitCode {
         if trim_first {
             kvroute_compare::memory::trim();
         }
+        let recovery = EventRecovery::new(&pool, RecoveryConfig::default()).expect("defaults");
+        if recovering {
+            for &(worker, tier) in &streams {
+                let mut barrier = RouterEvent::cleared(worker, 0);
+                barrier.tier = tier;
+                recovery.ingest(barrier).expect("lanes are alive");
+            }
+            pool.flush().expect("lanes are alive");
+        }
+        let submit = |event: RouterEvent| {
+            if recovering {
+                recovery.ingest(event).expect("lanes are alive");
+            } else {
+                pool.apply_blocking(event).expect("lanes are alive");
+            }
+        };
         let faults_start = minor_faults(this_thread());
         let producer_start = cpu_seconds(this_thread());
         let start = Instant::now();
         if clone_inside {
             for event in &workload.events {
-                pool.apply_blocking(event.clone()).expect("lanes are alive");
+                submit(event.clone());
             }
         }
         for event in events {
-            pool.apply_blocking(event).expect("lanes are alive");
+            submit(event);
         }
         pool.flush().expect("lanes are alive");
         let elapsed = start.elapsed().as_secs_f64();
@@ -129,8 +164,23 @@ fn main() -> ExitCode {
             stats.nodes,
             stats.runs,
         );
+        if recovering {
+            let stats = recovery.stats();
+            let sum = |f: fn(&kvroute::recovery::StreamStats) -> u64| -> u64 {
+                stats.streams.iter().map(|(_, s)| f(s)).sum()
+            };
+            println!(
+                "  (with recovery: {} streams, {} gaps, {} duplicates, settled: {})",
+                stats.streams.len(),
+                sum(|s| s.gaps),
+                sum(|s| s.duplicates),
+                stats.settled()
+            );
+        }
         times.push(elapsed);
         by_queue[turn].push(block_ops as f64 / elapsed / 1e6);
+        by_mode[mode].push(block_ops as f64 / elapsed / 1e6);
+        drop(recovery);
         drop(pool);
     }
     if queues.len() > 1 {
@@ -138,6 +188,14 @@ fn main() -> ExitCode {
             rates.sort_by(f64::total_cmp);
             let median = rates.get(rates.len() / 2).copied().unwrap_or(0.0);
             println!("queue {queue}: median {median:.2} M block-ops/s over {} reps", rates.len());
+        }
+    }
+    if modes.len() > 1 {
+        for (recovering, mut rates) in modes.iter().zip(by_mode) {
+            rates.sort_by(f64::total_cmp);
+            let median = rates.get(rates.len() / 2).copied().unwrap_or(0.0);
+            let name = if *recovering { "through recovery" } else { "straight to the pool" };
+            println!("{name}: median {median:.2} M block-ops/s over {} reps", rates.len());
         }
     }
     times.sort_by(f64::total_cmp);
