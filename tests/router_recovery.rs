@@ -104,3 +104,50 @@ fn recovery_settings_are_checked() {
     assert_eq!(router.run_recovery(&engine).unwrap(), 0);
     assert!(router.stats().recovery.is_none());
 }
+
+#[test]
+fn a_restarted_router_starts_warm_from_its_snapshot_and_fetches_only_what_it_missed() {
+    let (router, engines) = fleet();
+    let tokens: Vec<u32> = (0..16).collect();
+    for event in cache_prompt(&engines[0], &tokens[..8]) {
+        router.apply_event(event).unwrap();
+    }
+    router.run_recovery(&engines[0]).unwrap();
+    let mut host =
+        kvroute::RouterEvent::stored(Worker::new(1, 0), 1, None, vec![StoredBlock::new(5, 6)]);
+    host.tier = StorageTier::HostPinned;
+    // The host stream starts from a barrier (no restore needed), then stores.
+    let mut barrier = kvroute::RouterEvent::cleared(Worker::new(1, 0), 0);
+    barrier.tier = StorageTier::HostPinned;
+    router.apply_event(barrier).unwrap();
+    router.apply_event(host).unwrap();
+    let mut file = Vec::new();
+    router.save_snapshot(&mut file).unwrap();
+
+    // Meanwhile worker 0 caches the rest of the prompt; the new router sees only the last event.
+    let missed = cache_prompt(&engines[0], &tokens);
+    let (restarted, _) = fleet();
+    // A corrupt or truncated file is refused and changes nothing.
+    let mut corrupt = file.clone();
+    corrupt[30] ^= 1;
+    assert!(restarted.restore_snapshot(&corrupt[..]).is_err());
+    assert!(restarted.restore_snapshot(&file[..file.len() - 3]).is_err());
+    assert_eq!(restarted.overlap_blocks(&tokens, Worker::new(0, 0)), 0);
+
+    restarted.restore_snapshot(&file[..]).unwrap();
+    assert_eq!(restarted.overlap_blocks(&tokens, Worker::new(0, 0)), 2, "warm at once");
+    let host_tier = restarted.index().tier(StorageTier::HostPinned).expect("restored");
+    assert_eq!(host_tier.workers().unwrap(), [Worker::new(1, 0)]);
+    restarted.apply_event(missed.last().unwrap().clone()).unwrap();
+    assert_eq!(restarted.run_recovery(&engines[0]).unwrap(), 1);
+    restarted.flush().unwrap();
+    assert_eq!(restarted.overlap_blocks(&tokens, Worker::new(0, 0)), 4);
+    let stats = restarted.stats().recovery.unwrap();
+    let stream = stats.stream(Worker::new(0, 0), StorageTier::Device).unwrap();
+    assert_eq!((stream.restores, stream.incremental_recoveries), (0, 1), "no full restore");
+    // Only into a router with no state.
+    assert!(matches!(
+        restarted.restore_snapshot(&file[..]),
+        Err(kvroute::recovery::SnapshotError::NotEmpty)
+    ));
+}

@@ -6,10 +6,11 @@ use crate::event::{RouterEvent, StorageTier, Worker, WorkerId};
 use crate::pool::LaneDown;
 use crate::sync::Mutex;
 
+use super::Cursor;
 use super::config::{RecoveryConfig, RecoveryConfigError};
 use super::sink::EventSink;
 use super::source::{Recovered, RecoverySource};
-use super::state::{Action, JobKind, RecoveryState};
+use super::state::{Action, JobKind, RecoveryState, StreamKey};
 use super::stats::RecoveryStats;
 
 /// Feeds an index from event streams that may lose, duplicate and reorder events, or restart.
@@ -154,6 +155,17 @@ impl RecoveryCore {
 
     pub(crate) fn stats(&self) -> RecoveryStats {
         self.state.lock().stats()
+    }
+
+    /// Runs `f` with ingestion paused (the state locked), handing it the cursors: what `f`
+    /// reads of the index then matches them.
+    pub(crate) fn paused<T>(&self, f: impl FnOnce(Vec<(StreamKey, Cursor)>) -> T) -> T {
+        let state = self.state.lock();
+        f(state.cursors())
+    }
+
+    pub(crate) fn restore_cursors(&self, cursors: &[(StreamKey, Cursor)]) {
+        self.state.lock().restore_cursors(cursors);
     }
 }
 

@@ -16,8 +16,8 @@
 //! events and fetch results in, index actions and fetch jobs out), [`EventRecovery`] (that
 //! machine behind a lock in front of an [`EventSink`] index; fetches run outside the lock from
 //! [`EventRecovery::run_pending`]), `source` (the source trait and its answers), [`LocalIndexer`]
-//! (the engine side: a ring of its last events and its own tree, serving both calls), `config`
-//! and `stats`.
+//! (the engine side: a ring of its last events and its own tree, serving both calls),
+//! [`Snapshot`] (a router's restart file: its index and cursors), `config` and `stats`.
 //!
 //! Guarantees: queries never wait for recovery (it sits in front of the index, not in the
 //! query path); a stream's events reach the index in id order, each once; after the streams go
@@ -28,6 +28,7 @@ mod cursor;
 mod ingest;
 mod local_indexer;
 mod sink;
+mod snapshot;
 mod source;
 mod state;
 #[cfg(test)]
@@ -40,6 +41,7 @@ pub use ingest::EventRecovery;
 pub(crate) use ingest::RecoveryCore;
 pub use local_indexer::{LocalIndexer, ZeroCapacity};
 pub use sink::EventSink;
+pub use snapshot::{Snapshot, SnapshotError};
 pub use source::{Dump, Recovered, RecoveryError, RecoverySource};
 pub use state::{Job, JobKind, StreamKey};
 pub use stats::{RecoveryStats, StreamStats};

@@ -256,6 +256,20 @@ impl RecoveryState {
         stream.start(JobKind::Full, now);
     }
 
+    /// Every stream's cursor, sorted (for a snapshot).
+    pub(crate) fn cursors(&self) -> Vec<(StreamKey, Cursor)> {
+        let mut cursors: Vec<_> = self.streams.iter().map(|(&k, s)| (k, s.cursor)).collect();
+        cursors.sort_by_key(|(key, _)| *key);
+        cursors
+    }
+
+    /// Starts the streams from a snapshot's cursors (live, nothing buffered or pending).
+    pub(crate) fn restore_cursors(&mut self, cursors: &[(StreamKey, Cursor)]) {
+        for &(key, cursor) in cursors {
+            self.streams.entry(key).or_insert_with(Stream::new).cursor = cursor;
+        }
+    }
+
     pub(crate) fn stats(&self) -> RecoveryStats {
         let mut streams: Vec<_> = self
             .streams

@@ -9,7 +9,7 @@ use crate::event::{RouterEvent, StorageTier, Worker, WorkerId};
 use crate::hash::BlockHasher;
 use crate::index::{SubmitError, TieredIndex};
 use crate::pool::LaneDown;
-use crate::recovery::{EventSink, RecoveryCore, RecoverySource};
+use crate::recovery::{EventSink, RecoveryCore, RecoverySource, Snapshot, SnapshotError};
 use crate::router::approx::ApproxTracker;
 use crate::router::cost::{self, Scratch, Weights};
 use crate::router::request::{Candidate, RouteDecision, RouteInput, RouteRequest};
@@ -163,6 +163,53 @@ impl KvRouter {
             Some(recovery) => recovery.run_pending(&self.index, source),
             None => Ok(0),
         }
+    }
+
+    /// Writes the index (every tier) and the recovery cursors to `out`, consistent with each
+    /// other (ingestion pauses while the index is flushed and dumped), for
+    /// [`Self::restore_snapshot`] after a restart.
+    pub fn save_snapshot(&self, out: impl std::io::Write) -> Result<(), SnapshotError> {
+        let take = |cursors| -> Result<Snapshot, LaneDown> {
+            self.index.flush()?;
+            let mut events = Vec::new();
+            for tier in StorageTier::ALL {
+                if let Some(pool) = self.index.tier(tier) {
+                    events.extend(pool.dump_events()?.into_iter().map(|mut event| {
+                        event.tier = tier;
+                        event
+                    }));
+                }
+            }
+            Ok(Snapshot { cursors, events })
+        };
+        let snapshot = match &self.recovery {
+            Some(recovery) => recovery.paused(take),
+            None => take(Vec::new()),
+        };
+        snapshot.map_err(|_| SnapshotError::LaneDown)?.write_to(out)
+    }
+
+    /// Starts this router (which has taken no event yet) from a snapshot: its index at once,
+    /// and with recovery on its cursors, so recovery fetches only what was missed since. The
+    /// file is read and checked whole first: a corrupt or truncated one changes nothing.
+    pub fn restore_snapshot(&self, input: impl std::io::Read) -> Result<(), SnapshotError> {
+        let snapshot = Snapshot::read_from(input)?;
+        let lane_down = |_| SnapshotError::LaneDown;
+        let empty = StorageTier::ALL
+            .into_iter()
+            .filter_map(|tier| self.index.tier(tier))
+            .all(|pool| pool.workers().is_ok_and(|workers| workers.is_empty()));
+        if !empty {
+            return Err(SnapshotError::NotEmpty);
+        }
+        for event in snapshot.events {
+            self.index.apply_blocking(event).map_err(lane_down)?;
+        }
+        self.index.flush().map_err(lane_down)?;
+        if let Some(recovery) = &self.recovery {
+            recovery.restore_cursors(&snapshot.cursors);
+        }
+        Ok(())
     }
 
     /// When recovery's next waiting fetch (a retry after backoff) is due, if any.
