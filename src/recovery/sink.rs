@@ -41,6 +41,16 @@ impl EventSink for Mutex<ReferenceIndex> {
     }
 }
 
+/// The reference index behind a standard lock (tools outside the crate).
+impl EventSink for std::sync::Mutex<ReferenceIndex> {
+    fn submit(&self, event: RouterEvent) -> Result<(), LaneDown> {
+        // A poisoned lock still holds a consistent reference: it applies whole events.
+        let mut index = self.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = index.apply(&event);
+        Ok(())
+    }
+}
+
 impl<S: EventSink + ?Sized> EventSink for &S {
     fn submit(&self, event: RouterEvent) -> Result<(), LaneDown> {
         (**self).submit(event)
