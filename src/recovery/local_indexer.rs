@@ -39,9 +39,12 @@ impl std::fmt::Display for ZeroCapacity {
 
 impl std::error::Error for ZeroCapacity {}
 
+/// The ring size engines usually keep: their last 1,024 events.
+pub const DEFAULT_RING: usize = 1_024;
+
 impl LocalIndexer {
-    /// The record of `worker`'s stream in `tier`, keeping its last `capacity` events (1,024 is
-    /// the usual choice).
+    /// The record of `worker`'s stream in `tier`, keeping its last `capacity` events
+    /// ([`DEFAULT_RING`] is the usual choice).
     pub fn new(worker: Worker, tier: StorageTier, capacity: usize) -> Result<Self, ZeroCapacity> {
         if capacity == 0 {
             return Err(ZeroCapacity);

@@ -39,7 +39,7 @@ pub use config::{RecoveryConfig, RecoveryConfigError};
 pub use cursor::{Cursor, Verdict};
 pub use ingest::EventRecovery;
 pub(crate) use ingest::RecoveryCore;
-pub use local_indexer::{LocalIndexer, ZeroCapacity};
+pub use local_indexer::{DEFAULT_RING, LocalIndexer, ZeroCapacity};
 pub use sink::EventSink;
 pub use snapshot::{Snapshot, SnapshotError};
 pub use source::{Dump, Recovered, RecoveryError, RecoverySource};
