@@ -38,6 +38,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! Real event streams lose, duplicate and reorder events, and workers restart: with
+//! `RouterConfig::recovery` set, events go through per-stream cursors and what is missing is
+//! fetched from the engines' own records (see [`recovery`]); a router can also save its index
+//! to a file and start warm from it after a restart.
+//!
 //! The layers below it stand on their own: the prefix index answers, per worker, how many
 //! leading blocks of a request it already holds.
 //!
