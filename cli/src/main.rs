@@ -66,9 +66,14 @@ struct ReplayArgs {
     /// Also run kv-aware routing in approximate mode (no KV events).
     #[arg(long)]
     approximate: bool,
-    /// The router's overlap score weight (prefill against decode load).
-    #[arg(long, default_value_t = 1.0)]
+    /// The router's overlap score weight: what a prompt token it must prefill costs against a
+    /// block of decode load (Dynamo's default is 1).
+    #[arg(long, default_value_t = 16.0)]
     overlap_weight: f64,
+    /// What a prompt token already queued on a worker costs (Dynamo's formula weighs it as
+    /// the overlap weight: pass the same value for it).
+    #[arg(long, default_value_t = 1.0)]
+    queued_prefill_weight: f64,
     /// Prompt tokens each worker prefills per second.
     #[arg(long, default_value_t = 40_000.0)]
     prefill_tokens_per_s: f64,
@@ -126,6 +131,7 @@ fn replay(args: &ReplayArgs) -> Result<(), String> {
         seed: args.seed,
         event_delay: Duration::from_millis(args.event_delay_ms),
         overlap_score_weight: args.overlap_weight,
+        queued_prefill_weight: Some(args.queued_prefill_weight),
         ..SimConfig::default()
     };
     config.engine.capacity = args.capacity;
@@ -173,7 +179,8 @@ fn replay(args: &ReplayArgs) -> Result<(), String> {
     bar.finish_and_clear();
 
     println!(
-        "{} requests from {}, {} workers x {} blocks of {} tokens, speed-up {}x, KV events {} ms late",
+        "{} requests from {}, {} workers x {} blocks of {} tokens, speed-up {}x, KV events {} ms late, \
+         router weights: overlap {}, queued prefill {}",
         input.len(),
         args.trace.display(),
         config.workers,
@@ -181,6 +188,8 @@ fn replay(args: &ReplayArgs) -> Result<(), String> {
         config.block_size,
         config.speedup,
         args.event_delay_ms,
+        args.overlap_weight,
+        args.queued_prefill_weight,
     );
     println!("{}", table::render(&results));
     if let Some(path) = &args.report {

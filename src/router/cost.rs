@@ -9,6 +9,11 @@
 //! prefill_blocks    = (isl − cached_tokens + the worker's queued prefill tokens) / block_size
 //! decode_blocks     = blocks the worker's requests in flight would pin with this one added
 //! logit             = overlap_score_weight × prefill_blocks + decode_blocks     (lower is better)
+//!
+//! With `queued_prefill_weight` set, the queued tokens' share of `prefill_blocks` is weighed by
+//! it instead of by `overlap_score_weight`:
+//! logit = overlap_score_weight × (isl − cached_tokens) / block_size
+//!         + queued_prefill_weight × queued tokens / block_size + decode_blocks
 //! ```
 
 use crate::event::Worker;
@@ -22,6 +27,8 @@ use crate::sequences::PotentialLoad;
 pub(crate) struct Weights {
     pub block_size: u32,
     pub overlap_score_weight: f64,
+    /// The weight of the worker's queued prefill tokens (Dynamo's formula: the overlap weight).
+    pub queued_prefill_weight: f64,
     /// Host-pinned, disk, external, as in [`crate::index::LOWER_TIERS`].
     pub tiers: [f64; 3],
     pub shared: f64,
@@ -60,6 +67,8 @@ pub(crate) fn candidate(
     let cached_tokens = ((effective * block_size + 0.5) as u64).min(isl as u64) as f64;
     let prefill_tokens = isl as f64 - cached_tokens + load.active_tokens as f64;
     let prefill_blocks = prefill_tokens / block_size;
+    let queued = load.active_tokens as f64 / block_size;
+    let own = prefill_blocks - queued;
     Candidate {
         worker: load.worker,
         overlap_blocks: device,
@@ -69,7 +78,9 @@ pub(crate) fn candidate(
         queued_prefill_tokens: load.active_tokens,
         decode_blocks: load.potential_blocks,
         active_requests: load.active_requests,
-        logit: weights.overlap_score_weight * prefill_blocks + load.potential_blocks as f64,
+        logit: weights.overlap_score_weight * own
+            + weights.queued_prefill_weight * queued
+            + load.potential_blocks as f64,
     }
 }
 
@@ -100,6 +111,7 @@ mod tests {
     const WEIGHTS: Weights = Weights {
         block_size: 16,
         overlap_score_weight: 1.0,
+        queued_prefill_weight: 1.0,
         tiers: [0.75, 0.25, 0.1],
         shared: 0.5,
     };
@@ -130,10 +142,19 @@ mod tests {
 
     #[test]
     fn cached_tokens_never_exceed_the_prompt_and_weight_scales_prefill() {
-        let weights = Weights { overlap_score_weight: 2.0, ..WEIGHTS };
+        let weights = Weights { overlap_score_weight: 2.0, queued_prefill_weight: 2.0, ..WEIGHTS };
         // 40 tokens, 3 full-credit blocks = 48 tokens > 40: nothing left to prefill.
         let c = candidate(&load(8, 5, 3), [0; 3], 0, 40, &weights);
         assert_eq!(c.prefill_tokens, 8.0);
         assert_eq!(c.logit, 2.0 * 0.5 + 5.0);
+    }
+
+    #[test]
+    fn a_queued_prefill_weight_of_its_own_weighs_only_the_queue() {
+        // 100 tokens, 4 blocks cached (64 tokens): 36 own + 20 queued tokens, 10 decode blocks.
+        let weights = Weights { overlap_score_weight: 16.0, queued_prefill_weight: 1.0, ..WEIGHTS };
+        let c = candidate(&load(20, 10, 4), [0; 3], 0, 100, &weights);
+        assert_eq!(c.prefill_blocks, 3.5, "the breakdown still reports the whole prefill");
+        assert_eq!(c.logit, 16.0 * 36.0 / 16.0 + 20.0 / 16.0 + 10.0);
     }
 }

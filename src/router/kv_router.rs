@@ -288,12 +288,15 @@ impl KvRouter {
         }
         let split = registry.disaggregated();
         self.collect_loads(scratch, isl, split);
+        let overlap_score_weight =
+            request.overrides.overlap_score_weight.unwrap_or(self.config.overlap_score_weight);
         let weights = Weights {
             block_size: self.config.block_size,
-            overlap_score_weight: request
-                .overrides
-                .overlap_score_weight
-                .unwrap_or(self.config.overlap_score_weight),
+            overlap_score_weight,
+            queued_prefill_weight: self
+                .config
+                .queued_prefill_weight
+                .unwrap_or(overlap_score_weight),
             tiers: [
                 self.config.host_hit_weight,
                 self.config.disk_hit_weight,

@@ -106,6 +106,8 @@ pub struct SimConfig {
     pub timeline_buckets: usize,
     /// The router's [`RouterConfig::overlap_score_weight`].
     pub overlap_score_weight: f64,
+    /// The router's [`RouterConfig::queued_prefill_weight`].
+    pub queued_prefill_weight: Option<f64>,
 }
 
 impl Default for SimConfig {
@@ -119,6 +121,7 @@ impl Default for SimConfig {
             event_delay: Duration::from_millis(10),
             timeline_buckets: 60,
             overlap_score_weight: 1.0,
+            queued_prefill_weight: None,
         }
     }
 }
@@ -348,6 +351,7 @@ impl<'a> Run<'a> {
         let router_config = RouterConfig {
             seed: Some(config.seed),
             overlap_score_weight: config.overlap_score_weight,
+            queued_prefill_weight: config.queued_prefill_weight,
             use_kv_events: policy != Policy::Approximate,
             // Requests may queue for long under overload: never expire them behind our back.
             expiry: None,
