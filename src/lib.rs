@@ -97,6 +97,7 @@ pub mod sequences;
 pub mod sim;
 
 mod handback;
+mod mix;
 mod prefetch;
 mod sync;
 mod u64_map;

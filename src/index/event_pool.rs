@@ -12,6 +12,7 @@ use crate::index::run::walk;
 use crate::index::run_table::RunTable;
 use crate::index::spent::{HANDED_MAX, SpentList};
 use crate::index::{IndexSnapshot, OverlapScores};
+use crate::mix::Mixer;
 use crate::pool::{LaneDown, StickyPool, TrySend};
 use crate::sync::{Arc, AtomicUsize, Mutex, Ordering, RwLock, epoch};
 
@@ -130,7 +131,8 @@ impl EventPool {
     pub fn new(config: PoolConfig) -> Self {
         let lanes = config.lanes.max(1);
         let budget = Arc::new(WorkerBudget { known: AtomicUsize::new(0), max: config.max_workers });
-        let tables: Vec<_> = (0..lanes).map(|_| Arc::new(RunTable::default())).collect();
+        let mixer = Mixer::random();
+        let tables: Vec<_> = (0..lanes).map(|_| Arc::new(RunTable::new(mixer))).collect();
         let counters: Vec<_> =
             (0..lanes).map(|_| Arc::new(CachePadded::new(LaneCounters::default()))).collect();
         let spent: Vec<_> = (0..lanes).map(|_| Arc::new(Handback::new(HANDED_MAX))).collect();
