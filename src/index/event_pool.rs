@@ -8,6 +8,7 @@ use crossbeam_utils::CachePadded;
 use crate::event::{ApplyErrorKind, LocalBlockHash, RouterEvent, Worker, WorkerId};
 use crate::handback::Handback;
 use crate::index::lane::{IndexLane, LaneCounters, WorkerBudget};
+use crate::index::restarts::{LaneRestart, RestartLog};
 use crate::index::run::walk;
 use crate::index::run_table::RunTable;
 use crate::index::spent::{HANDED_MAX, SpentList};
@@ -46,7 +47,8 @@ pub enum SubmitError {
     /// The worker's lane queue is full; the event comes back. Retry, or use
     /// [`EventPool::apply_blocking`] to wait for room.
     QueueFull(RouterEvent),
-    /// The lanes have stopped (one panicked); the event comes back.
+    /// The worker's lane has stopped (it panicked and could not start over); the event comes
+    /// back.
     LaneDown(RouterEvent),
 }
 
@@ -79,6 +81,10 @@ pub struct PoolStats {
     pub runs: u64,
     /// Approximate heap bytes: the lanes' trees and run tables plus every worker's block map.
     pub bytes: u64,
+    /// Lanes that panicked applying an event and started over, clearing their workers.
+    pub lane_restarts: u64,
+    /// The latest of those restarts (up to 16), oldest first: which lane, when, whom it cleared.
+    pub recent_restarts: Vec<LaneRestart>,
 }
 
 impl PoolStats {
@@ -99,6 +105,10 @@ impl PoolStats {
 /// `apply_blocking` or `flush`, or a producer waiting for room), not on the lane: the producer
 /// allocated it, and with glibc's allocator a free on another thread waits for the producer's
 /// arena lock. Up to a few thousand lists per lane wait for that; the pool's drop frees the rest.
+///
+/// A lane that panics applying an event (a bug) starts over empty: its workers drop out of
+/// answers at once, as if cleared, and [`PoolStats::recent_restarts`] names them; every other
+/// lane, and every call, goes on (see [`LaneRestart`]).
 ///
 /// ```
 /// use kvroute::index::{EventPool, PoolConfig};
@@ -124,6 +134,7 @@ pub struct EventPool {
     lane_load: Mutex<Vec<usize>>,
     /// The (worker, dp_rank) pairs the lanes know, which sizes a query's answer.
     budget: Arc<WorkerBudget>,
+    restarts: Arc<Mutex<RestartLog>>,
 }
 
 impl EventPool {
@@ -136,9 +147,11 @@ impl EventPool {
         let counters: Vec<_> =
             (0..lanes).map(|_| Arc::new(CachePadded::new(LaneCounters::default()))).collect();
         let spent: Vec<_> = (0..lanes).map(|_| Arc::new(Handback::new(HANDED_MAX))).collect();
+        let restarts = Arc::new(Mutex::new(RestartLog::default()));
         let pool = StickyPool::new(lanes, config.queue_capacity, |lane| {
             let (table, counters) = (tables[lane].clone(), counters[lane].clone());
-            IndexLane::new(table, budget.clone(), counters, spent[lane].clone())
+            let log = (lane, restarts.clone());
+            IndexLane::new(log, table, budget.clone(), counters, spent[lane].clone())
         });
         Self {
             tables,
@@ -148,6 +161,7 @@ impl EventPool {
             routes: RwLock::new(HashMap::default()),
             lane_load: Mutex::new(vec![0; lanes]),
             budget,
+            restarts,
         }
     }
 
@@ -291,6 +305,9 @@ impl EventPool {
             stats.runs += counters.runs.load(Ordering::Relaxed);
             stats.bytes += counters.bytes.load(Ordering::Relaxed);
         }
+        let restarts = self.restarts.lock();
+        stats.lane_restarts = restarts.total;
+        stats.recent_restarts = restarts.recent.iter().cloned().collect();
         stats
     }
 
@@ -303,5 +320,63 @@ impl EventPool {
 impl fmt::Debug for EventPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EventPool").field("lanes", &self.lanes()).finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::event::{SequenceHash, StoredBlock};
+    use crate::index::lane::INJECTED_PANIC;
+
+    fn chain(depth: u64) -> Vec<LocalBlockHash> {
+        (1..=depth).map(LocalBlockHash).collect()
+    }
+
+    fn store(worker: Worker, id: u64, depth: u64) -> RouterEvent {
+        let blocks = (1..=depth).map(|i| StoredBlock::new(i, worker.id.0 * 100 + i)).collect();
+        RouterEvent::stored(worker, id, None, blocks)
+    }
+
+    /// #18 item 2: a panic while applying one event costs only the state of that lane's
+    /// workers: they drop out of answers, are reported, and the lane (and every call) goes on.
+    #[test]
+    fn a_lane_panic_clears_its_workers_and_the_lane_goes_on() {
+        let pool = EventPool::new(PoolConfig { lanes: 2, ..PoolConfig::default() });
+        // New workers go to the least loaded lane: a and c share one, b has the other.
+        let (a, b, c) = (Worker::new(1, 0), Worker::new(2, 0), Worker::new(3, 0));
+        for (worker, depth) in [(a, 2), (b, 3), (c, 1)] {
+            pool.apply(store(worker, 0, depth)).unwrap();
+        }
+        pool.flush().unwrap();
+        let lane = pool.lane_of(a);
+        assert_eq!(pool.lane_of(c), lane);
+        assert_ne!(pool.lane_of(b), lane);
+        let before = std::time::SystemTime::now();
+        // Applied (a's new root is stored), then the lane panics.
+        let root = vec![StoredBlock::new(50, 5000)];
+        pool.apply(RouterEvent::stored(a, INJECTED_PANIC, None, root)).unwrap();
+        pool.flush().unwrap();
+        let scores = pool.find_matches(&chain(3));
+        assert_eq!((scores.get(a), scores.get(b), scores.get(c)), (0, 3, 0));
+        assert!(pool.find_matches(&[LocalBlockHash(50)]).is_empty());
+        assert_eq!(pool.workers().unwrap(), vec![b]);
+        assert_eq!(pool.snapshot().unwrap().keys().copied().collect::<Vec<_>>(), vec![b]);
+        assert!(pool.dump_events().unwrap().iter().all(|event| event.worker() == b));
+        let stats = pool.stats();
+        assert_eq!(stats.lane_restarts, 1);
+        let restart = &stats.recent_restarts[0];
+        assert_eq!(restart.lane, lane);
+        assert_eq!(restart.cleared, vec![a, c]);
+        assert!(restart.at >= before && restart.at <= std::time::SystemTime::now());
+        assert_eq!(stats.live_entries, 3);
+        // The lane takes events again, for old and new workers alike.
+        pool.apply(store(a, 1, 1)).unwrap();
+        pool.apply(RouterEvent::removed(b, 1, vec![SequenceHash(203)])).unwrap();
+        pool.flush().unwrap();
+        let scores = pool.find_matches(&chain(3));
+        assert_eq!((scores.get(a), scores.get(b)), (1, 2));
+        assert_eq!(pool.remove_worker(a.id), Ok(1));
+        assert_eq!(pool.workers().unwrap(), vec![b]);
     }
 }

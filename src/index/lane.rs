@@ -15,17 +15,22 @@ use crate::event::{StoredBlock, Worker, WorkerId};
 use crate::handback::Handback;
 use crate::index::held_blocks::HeldBlocks;
 use crate::index::lane_trie::{LaneTrie, NodeId, shed};
+use crate::index::restarts::{LaneRestart, RestartLog};
 use crate::index::run_table::RunTable;
 use crate::index::spent::{SPENT_BATCH, SpentList};
 use crate::index::worker_dump::dump_worker;
 use crate::pool::Lane;
 use crate::sync::epoch::{self, Guard};
-use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering};
 
 /// How many blocks ahead of the one being applied the worker map's buckets are prefetched: the
 /// lookups of an event are independent, and asking for their lines early overlaps the misses a
 /// little more than the processor does on its own (about 5% at `--dup 4` on the ingest tool).
 const PREFETCH_AHEAD: usize = 8;
+
+/// Tests make a lane panic with an event of this id (a stand-in for a bug in the lane).
+#[cfg(test)]
+pub(crate) const INJECTED_PANIC: u64 = 0x5EED_DEAD_0000_0001;
 
 /// Counters one lane publishes (only that lane writes them).
 #[derive(Default)]
@@ -54,6 +59,9 @@ pub(crate) struct WorkerBudget {
 
 /// One lane's state; see the [module docs](self).
 pub(crate) struct IndexLane {
+    /// This lane's index in the pool, and where it records restarts.
+    lane: usize,
+    restarts: Arc<Mutex<RestartLog>>,
     trie: LaneTrie,
     workers: HashMap<Worker, HeldBlocks, ahash::RandomState>,
     budget: Arc<WorkerBudget>,
@@ -83,6 +91,11 @@ impl Lane for IndexLane {
         if let Err(error) = self.apply(&event) {
             LaneCounters::bump(&self.counters.errors[error.kind().index()], 1);
         }
+        #[cfg(test)]
+        if event.event.event_id == INJECTED_PANIC {
+            // After the event changed the lane's state: recovery must undo it.
+            panic!("a panic injected by a test, after applying {event:?}");
+        }
         self.trim();
         LaneCounters::bump(&self.counters.events, 1);
         LaneCounters::bump(&self.counters.block_ops, ops);
@@ -99,6 +112,25 @@ impl Lane for IndexLane {
         true
     }
 
+    /// Clears the lane's workers and starts over with an empty tree (see
+    /// [`crate::index::LaneRestart`]); nothing of the state a panic left behind is trusted but
+    /// the list of workers (a map stays valid through a panic) and the table's slots.
+    fn recover(&mut self) -> bool {
+        let mut cleared: Vec<Worker> = self.workers.keys().copied().collect();
+        cleared.sort_unstable();
+        self.trie.reset();
+        self.workers = HashMap::default();
+        self.budget.known.fetch_sub(cleared.len(), Ordering::Relaxed);
+        for buffer in [&mut self.path, &mut self.reserved, &mut self.nodes] {
+            *buffer = Vec::new();
+        }
+        (self.fresh, self.appended, self.last_existing) = (Vec::new(), Vec::new(), None);
+        self.publish_sizes();
+        let restart = LaneRestart { lane: self.lane, at: std::time::SystemTime::now(), cleared };
+        self.restarts.lock().record(restart);
+        true
+    }
+
     fn idle(&mut self) {
         self.hand_over_spent();
         self.publish_sizes();
@@ -110,12 +142,15 @@ impl Lane for IndexLane {
 
 impl IndexLane {
     pub(crate) fn new(
+        (lane, restarts): (usize, Arc<Mutex<RestartLog>>),
         table: Arc<RunTable>,
         budget: Arc<WorkerBudget>,
         counters: Arc<CachePadded<LaneCounters>>,
         spent_out: Arc<Handback<SpentList>>,
     ) -> Self {
         Self {
+            lane,
+            restarts,
             trie: LaneTrie::new(table),
             workers: HashMap::default(),
             budget,

@@ -113,6 +113,21 @@ impl LaneTrie {
         self.retired.reclaim();
     }
 
+    /// Starts over with no runs, after a panic left this tree in an unknown state: unlinks
+    /// every run from the table, whatever the tree says, and drops the tree. Tail ids go on
+    /// from where they were, so a reader still on an old run never takes a new run for its
+    /// child.
+    pub(crate) fn reset(&mut self) {
+        let mut fresh = LaneTrie::new(self.table.clone());
+        fresh.next_tail = self.next_tail;
+        let guard = crate::sync::epoch::pin();
+        self.table.clear(&guard, &mut fresh.retired);
+        fresh.end_event(&guard);
+        // The old tree's retired values are freed once no reader can hold them (see
+        // `Reclaimer`'s drop).
+        *self = fresh;
+    }
+
     /// Gives back the reused buffers an unusually large event grew.
     pub(crate) fn trim_buffers(&mut self) {
         shed(&mut self.spots);

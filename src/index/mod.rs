@@ -15,6 +15,7 @@ mod lane_trie;
 mod locals;
 mod probe_map;
 mod reference;
+mod restarts;
 mod run;
 mod run_table;
 mod spent;
@@ -27,6 +28,7 @@ use std::collections::BTreeMap;
 pub use crate::scores::OverlapScores;
 pub use event_pool::{EventPool, PoolConfig, PoolStats, SubmitError};
 pub use reference::ReferenceIndex;
+pub use restarts::LaneRestart;
 pub(crate) use tiered::TierScratch;
 pub use tiered::{LOWER_TIERS, TieredIndex};
 

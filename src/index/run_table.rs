@@ -179,6 +179,20 @@ impl RunTable {
         }
     }
 
+    /// Unlinks every run, trusting only the slots (a lane restarting after a panic may have
+    /// left its own records of them half changed). Writer only.
+    pub(crate) fn clear(&self, guard: &Guard, retired: &mut Reclaimer) {
+        for slot in self.current.load(guard).slots.iter() {
+            let run = slot.run.swap(std::ptr::null_mut(), Ordering::AcqRel);
+            if !run.is_null() {
+                retired.retire(Box::new(OwnedRun(run)));
+            }
+        }
+        self.current.replace(Slots::with_capacity(MIN_SLOTS), retired);
+        self.keyed.store(0, Ordering::Relaxed);
+        self.live.store(0, Ordering::Relaxed);
+    }
+
     fn capacity(&self, guard: &Guard) -> usize {
         self.current.load(guard).slots.len()
     }
