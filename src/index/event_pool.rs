@@ -151,7 +151,7 @@ impl EventPool {
         let pool = StickyPool::new(lanes, config.queue_capacity, |lane| {
             let (table, counters) = (tables[lane].clone(), counters[lane].clone());
             let log = (lane, restarts.clone());
-            IndexLane::new(log, table, budget.clone(), counters, spent[lane].clone())
+            IndexLane::new(log, mixer, table, budget.clone(), counters, spent[lane].clone())
         });
         Self {
             tables,

@@ -19,6 +19,7 @@ use crate::index::restarts::{LaneRestart, RestartLog};
 use crate::index::run_table::RunTable;
 use crate::index::spent::{SPENT_BATCH, SpentList};
 use crate::index::worker_dump::dump_worker;
+use crate::mix::Mixer;
 use crate::pool::Lane;
 use crate::sync::epoch::{self, Guard};
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering};
@@ -64,6 +65,8 @@ pub(crate) struct IndexLane {
     restarts: Arc<Mutex<RestartLog>>,
     trie: LaneTrie,
     workers: HashMap<Worker, HeldBlocks, ahash::RandomState>,
+    /// The pool's secret mixer, for the workers' maps.
+    mixer: Mixer,
     budget: Arc<WorkerBudget>,
     counters: Arc<CachePadded<LaneCounters>>,
     /// Block lists of applied events not yet handed back (see [`SpentList`]), where they go,
@@ -143,6 +146,7 @@ impl Lane for IndexLane {
 impl IndexLane {
     pub(crate) fn new(
         (lane, restarts): (usize, Arc<Mutex<RestartLog>>),
+        mixer: Mixer,
         table: Arc<RunTable>,
         budget: Arc<WorkerBudget>,
         counters: Arc<CachePadded<LaneCounters>>,
@@ -153,6 +157,7 @@ impl IndexLane {
             restarts,
             trie: LaneTrie::new(table),
             workers: HashMap::default(),
+            mixer,
             budget,
             counters,
             spent: Vec::new(),
@@ -181,7 +186,7 @@ impl IndexLane {
             KvEventData::Removed { blocks } => self.remove(worker, blocks, &guard),
             KvEventData::Cleared => match self.workers.get_mut(&worker) {
                 Some(held) => {
-                    let held = std::mem::take(held);
+                    let held = std::mem::replace(held, HeldBlocks::new(self.mixer));
                     self.release_all(worker, &held, &guard);
                     Ok(())
                 }
@@ -239,7 +244,8 @@ impl IndexLane {
         blocks: &[StoredBlock],
         guard: &Guard,
     ) -> Result<(), SequenceHash> {
-        let held = self.workers.entry(worker).or_default();
+        let mixer = self.mixer;
+        let held = self.workers.entry(worker).or_insert_with(|| HeldBlocks::new(mixer));
         self.path.clear();
         self.fresh.clear();
         self.appended.clear();
