@@ -34,6 +34,13 @@ pub trait Lane: Send + 'static {
         false
     }
 
+    /// Called once the lane has handled everything it took and found its queue empty, right
+    /// after [`Self::idle`]: `queued` says how many messages are queued now (producers may have
+    /// sent more since).
+    fn quiet(&mut self, queued: &dyn Fn() -> usize) {
+        let _ = queued;
+    }
+
     /// Called after handling a message or a task panicked, on the lane's thread: puts the
     /// state back in order (whatever that costs is the lane's business) and returns `true` for
     /// the lane to go on, or `false` (the default) for it to go down.
@@ -346,6 +353,7 @@ fn serve<L: Lane>(lane: &mut L, receiver: &Receiver<Envelope<L>>, room: &Room) {
             batch.for_each(|envelope| handle(lane, envelope));
         }
         lane.idle();
+        lane.quiet(&|| receiver.len());
     }
 }
 

@@ -78,6 +78,10 @@ mod imp {
         pub fn try_read(&self) -> Option<loom::sync::RwLockReadGuard<'_, T>> {
             self.0.try_read().ok()
         }
+        /// Exclusive access if no one holds the lock now.
+        pub fn try_write(&self) -> Option<loom::sync::RwLockWriteGuard<'_, T>> {
+            self.0.try_write().ok()
+        }
     }
 
     /// The mutex and condition variable behind [`super::Gate`].

@@ -84,7 +84,8 @@ fn a_full_queue_hands_the_event_back() {
 
 #[test]
 fn memory_follows_live_blocks_after_mass_removal() {
-    let pool = EventPool::new(PoolConfig::default());
+    // One event of 20,000 blocks: more than an event may carry by default.
+    let pool = EventPool::new(PoolConfig { max_event_blocks: 20_000, ..PoolConfig::default() });
     let worker = Worker::new(9, 0);
     let stored = store_prefix(worker, 20_000);
     pool.apply_blocking(stored).unwrap();

@@ -1,6 +1,5 @@
 //! [`EventPool`]: the concurrent index and the lanes that feed it.
 
-use std::collections::HashMap;
 use std::fmt;
 
 use crossbeam_utils::CachePadded;
@@ -9,13 +8,14 @@ use crate::event::{ApplyErrorKind, LocalBlockHash, RouterEvent, Worker, WorkerId
 use crate::handback::Handback;
 use crate::index::lane::{IndexLane, LaneCounters, WorkerBudget};
 use crate::index::restarts::{LaneRestart, RestartLog};
+use crate::index::routes::Routes;
 use crate::index::run::walk;
 use crate::index::run_table::RunTable;
 use crate::index::spent::{HANDED_MAX, SpentList};
 use crate::index::{IndexSnapshot, OverlapScores};
 use crate::mix::Mixer;
 use crate::pool::{LaneDown, StickyPool, TrySend};
-use crate::sync::{Arc, AtomicUsize, Mutex, Ordering, RwLock, epoch};
+use crate::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering, epoch};
 
 /// How an [`EventPool`] is set up.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,11 +32,18 @@ pub struct PoolConfig {
     pub queue_capacity: usize,
     /// (worker, dp_rank) pairs the index holds at once. Default: 4,096.
     pub max_workers: usize,
+    /// Blocks one event may carry (a `Stored` or `Removed` event's list). Default: 16,384
+    /// (262,144 tokens at 16 tokens a block). Larger events are rejected before they are
+    /// queued ([`SubmitError::TooManyBlocks`], [`ApplyError::TooManyBlocks`]), so a lane's
+    /// queued events hold at most `2 × queue_capacity × max_event_blocks` block hashes.
+    ///
+    /// [`ApplyError::TooManyBlocks`]: crate::ApplyError::TooManyBlocks
+    pub max_event_blocks: usize,
 }
 
 impl Default for PoolConfig {
     fn default() -> Self {
-        Self { lanes: 2, queue_capacity: 8192, max_workers: 4096 }
+        Self { lanes: 2, queue_capacity: 8192, max_workers: 4096, max_event_blocks: 16_384 }
     }
 }
 
@@ -50,6 +57,9 @@ pub enum SubmitError {
     /// The worker's lane has stopped (it panicked and could not start over); the event comes
     /// back.
     LaneDown(RouterEvent),
+    /// The event carries more blocks than [`PoolConfig::max_event_blocks`]; it comes back (and
+    /// is counted in [`PoolStats::errors`]).
+    TooManyBlocks(RouterEvent),
 }
 
 impl fmt::Display for SubmitError {
@@ -57,6 +67,9 @@ impl fmt::Display for SubmitError {
         match self {
             Self::QueueFull(_) => f.write_str("the worker's lane queue is full"),
             Self::LaneDown(_) => f.write_str("the index lanes have stopped"),
+            Self::TooManyBlocks(event) => {
+                write!(f, "an event of {} blocks is more than the index takes", event.block_ops())
+            }
         }
     }
 }
@@ -129,9 +142,10 @@ pub struct EventPool {
     counters: Vec<Arc<CachePadded<LaneCounters>>>,
     /// Block lists of the events each lane has applied, for the producers to free.
     spent: Vec<Arc<Handback<SpentList>>>,
-    routes: RwLock<HashMap<Worker, usize, ahash::RandomState>>,
-    /// Workers routed to each lane, to place new workers on the least busy one.
-    lane_load: Mutex<Vec<usize>>,
+    routes: Arc<Routes>,
+    /// [`PoolConfig::max_event_blocks`], and the events rejected for it.
+    max_event_blocks: usize,
+    oversized: AtomicU64,
     /// The (worker, dp_rank) pairs the lanes know, which sizes a query's answer.
     budget: Arc<WorkerBudget>,
     restarts: Arc<Mutex<RestartLog>>,
@@ -148,9 +162,10 @@ impl EventPool {
             (0..lanes).map(|_| Arc::new(CachePadded::new(LaneCounters::default()))).collect();
         let spent: Vec<_> = (0..lanes).map(|_| Arc::new(Handback::new(HANDED_MAX))).collect();
         let restarts = Arc::new(Mutex::new(RestartLog::default()));
+        let routes = Arc::new(Routes::new(lanes));
         let pool = StickyPool::new(lanes, config.queue_capacity, |lane| {
             let (table, counters) = (tables[lane].clone(), counters[lane].clone());
-            let log = (lane, restarts.clone());
+            let log = (lane, restarts.clone(), routes.clone());
             IndexLane::new(log, mixer, table, budget.clone(), counters, spent[lane].clone())
         });
         Self {
@@ -158,24 +173,27 @@ impl EventPool {
             lanes: pool,
             counters,
             spent,
-            routes: RwLock::new(HashMap::default()),
-            lane_load: Mutex::new(vec![0; lanes]),
+            routes,
+            max_event_blocks: config.max_event_blocks,
+            oversized: AtomicU64::new(0),
             budget,
             restarts,
         }
     }
 
+    /// The lane of `worker` (placed now if new), for tests.
+    #[cfg(test)]
     fn lane_of(&self, worker: Worker) -> usize {
-        if let Some(&lane) = self.routes.read().get(&worker) {
-            return lane;
+        self.routes.with_lane(worker, |lane| lane)
+    }
+
+    /// Whether `event` carries more blocks than one event may; if so, it is counted.
+    fn oversized(&self, event: &RouterEvent) -> bool {
+        let over = event.block_ops() > self.max_event_blocks;
+        if over {
+            self.oversized.fetch_add(1, Ordering::Relaxed);
         }
-        let mut routes = self.routes.write();
-        *routes.entry(worker).or_insert_with(|| {
-            let mut load = self.lane_load.lock();
-            let lane = (0..load.len()).min_by_key(|&lane| load[lane]).unwrap_or(0);
-            load[lane] += 1;
-            lane
-        })
+        over
     }
 
     /// Enqueues `event` on its worker's lane without waiting. A full queue returns the event in
@@ -183,7 +201,11 @@ impl EventPool {
     /// rejected events are counted in [`PoolStats::errors`].
     pub fn apply(&self, event: RouterEvent) -> Result<(), SubmitError> {
         self.free_spent();
-        match self.lanes.try_send(self.lane_of(event.worker()), event) {
+        if self.oversized(&event) {
+            return Err(SubmitError::TooManyBlocks(event));
+        }
+        let sent = self.routes.with_lane(event.worker(), |lane| self.lanes.try_send(lane, event));
+        match sent {
             Ok(()) => Ok(()),
             Err(TrySend::Full(event)) => Err(SubmitError::QueueFull(event)),
             Err(TrySend::Down(event)) => Err(SubmitError::LaneDown(event)),
@@ -193,10 +215,16 @@ impl EventPool {
     /// Enqueues `event`. If its lane's queue is full, waits until the lane takes its next batch
     /// (or has worked the queue down to half), so a producer that outruns the lanes wakes once
     /// per batch rather than once per event (each wakeup would cost the lane a system call and
-    /// the cores a context switch).
+    /// the cores a context switch). An event over [`PoolConfig::max_event_blocks`] is not
+    /// queued; like other invalid events, it is counted in [`PoolStats::errors`].
     pub fn apply_blocking(&self, event: RouterEvent) -> Result<(), LaneDown> {
         self.free_spent();
-        self.lanes.send_with(self.lane_of(event.worker()), event, || self.free_spent())
+        if self.oversized(&event) {
+            return Ok(());
+        }
+        self.routes.with_lane(event.worker(), |lane| {
+            self.lanes.send_with(lane, event, || self.free_spent())
+        })
     }
 
     /// Returns once every event enqueued before the call is visible to queries.
@@ -256,7 +284,8 @@ impl EventPool {
     /// Forgets one (worker, dp_rank) after the events already enqueued for it. Returns whether
     /// it was known.
     pub fn remove_worker_dp_rank(&self, worker: Worker) -> Result<bool, LaneDown> {
-        let lane = self.lane_of(worker);
+        // No route: unknown to every lane, with no event on its way.
+        let Some(lane) = self.routes.lane(worker) else { return Ok(false) };
         let removed = self.lanes.run_on_lane(lane, move |l| l.remove_workers(|w| w == worker))?;
         Ok(!removed.is_empty())
     }
@@ -305,6 +334,8 @@ impl EventPool {
             stats.runs += counters.runs.load(Ordering::Relaxed);
             stats.bytes += counters.bytes.load(Ordering::Relaxed);
         }
+        stats.errors[ApplyErrorKind::TooManyBlocks.index()] +=
+            self.oversized.load(Ordering::Relaxed);
         let restarts = self.restarts.lock();
         stats.lane_restarts = restarts.total;
         stats.recent_restarts = restarts.recent.iter().cloned().collect();
@@ -378,5 +409,77 @@ mod tests {
         assert_eq!((scores.get(a), scores.get(b)), (1, 2));
         assert_eq!(pool.remove_worker(a.id), Ok(1));
         assert_eq!(pool.workers().unwrap(), vec![b]);
+    }
+
+    /// Polls `ready` for up to five seconds (routes are dropped once a lane is idle).
+    fn eventually(mut ready: impl FnMut() -> bool) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            if ready() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        false
+    }
+
+    /// #18 item 3: events for workers the index never admits (unknown-worker removals,
+    /// rejected first stores, removals of unknown workers) leave no route behind.
+    #[test]
+    fn workers_never_admitted_leave_no_route() {
+        let pool = EventPool::new(PoolConfig { lanes: 2, ..PoolConfig::default() });
+        for id in 0..300 {
+            let unknown = RouterEvent::removed(Worker::new(id, 0), 0, vec![SequenceHash(1)]);
+            pool.apply(unknown).unwrap();
+            let conflict = vec![StoredBlock::new(1, 7), StoredBlock::new(2, 7)];
+            pool.apply(RouterEvent::stored(Worker::new(1000 + id, 0), 0, None, conflict)).unwrap();
+            assert_eq!(pool.remove_worker_dp_rank(Worker::new(5000 + id, 0)), Ok(false));
+        }
+        pool.flush().unwrap();
+        let routes = || pool.routes.counts();
+        assert!(eventually(|| routes().0 == 0), "routes for no live worker: {:?}", routes());
+        assert_eq!(routes(), (0, vec![0, 0]));
+    }
+
+    /// #18 item 3: removing workers gives their lane's room back, and new workers go there.
+    #[test]
+    fn removed_workers_free_their_lane_for_new_ones() {
+        let pool = EventPool::new(PoolConfig { lanes: 2, ..PoolConfig::default() });
+        let workers: Vec<Worker> = (1..=4).map(|id| Worker::new(id, 0)).collect();
+        for &worker in &workers {
+            pool.apply(store(worker, 0, 2)).unwrap();
+        }
+        pool.flush().unwrap();
+        let first: Vec<Worker> =
+            workers.iter().copied().filter(|&w| pool.lane_of(w) == 0).collect();
+        assert_eq!(first.len(), 2);
+        for &worker in &first {
+            assert_eq!(pool.remove_worker_dp_rank(worker), Ok(true));
+        }
+        let load = || pool.routes.counts().1;
+        assert!(eventually(|| load() == vec![0, 2]), "lane load {:?}", load());
+        for id in [10, 11] {
+            pool.apply(store(Worker::new(id, 0), 0, 1)).unwrap();
+            assert_eq!(pool.lane_of(Worker::new(id, 0)), 0);
+        }
+        assert_eq!(pool.routes.counts(), (4, vec![2, 2]));
+    }
+
+    /// #18 item 3: an event over the block cap is never queued: a typed error from `apply`,
+    /// counted from either path, and the index unchanged by it.
+    #[test]
+    fn events_over_the_block_cap_are_rejected() {
+        let pool = EventPool::new(PoolConfig { max_event_blocks: 4, ..PoolConfig::default() });
+        let worker = Worker::new(1, 0);
+        let big = store(worker, 0, 5);
+        assert_eq!(pool.apply(big.clone()), Err(SubmitError::TooManyBlocks(big.clone())));
+        assert_eq!(pool.apply_blocking(big), Ok(()));
+        pool.apply(store(worker, 1, 4)).unwrap();
+        let removal = (1..=5).map(|i| SequenceHash(100 + i)).collect();
+        let removal = RouterEvent::removed(worker, 2, removal);
+        assert!(matches!(pool.apply(removal), Err(SubmitError::TooManyBlocks(_))));
+        pool.flush().unwrap();
+        assert_eq!(pool.stats().errors_of(ApplyErrorKind::TooManyBlocks), 3);
+        assert_eq!(pool.find_matches(&chain(5)).get(worker), 4);
     }
 }

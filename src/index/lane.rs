@@ -6,7 +6,7 @@
 //! best-effort for `Removed` (unknown blocks are skipped and reported), exactly like the
 //! reference index.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crossbeam_utils::CachePadded;
 
@@ -16,6 +16,7 @@ use crate::handback::Handback;
 use crate::index::held_blocks::HeldBlocks;
 use crate::index::lane_trie::{LaneTrie, NodeId, shed};
 use crate::index::restarts::{LaneRestart, RestartLog};
+use crate::index::routes::Routes;
 use crate::index::run_table::RunTable;
 use crate::index::spent::{SPENT_BATCH, SpentList};
 use crate::index::worker_dump::dump_worker;
@@ -60,9 +61,13 @@ pub(crate) struct WorkerBudget {
 
 /// One lane's state; see the [module docs](self).
 pub(crate) struct IndexLane {
-    /// This lane's index in the pool, and where it records restarts.
+    /// This lane's index in the pool, where it records restarts, and the pool's routes.
     lane: usize,
     restarts: Arc<Mutex<RestartLog>>,
+    routes: Arc<Routes>,
+    /// Workers this lane had events for but does not know (any more): their routes go once the
+    /// lane is quiet (see [`Routes::try_drop`]).
+    gone: HashSet<Worker, ahash::RandomState>,
     trie: LaneTrie,
     workers: HashMap<Worker, HeldBlocks, ahash::RandomState>,
     /// The pool's secret mixer, for the workers' maps.
@@ -93,6 +98,10 @@ impl Lane for IndexLane {
         let ops = event.block_ops() as u64;
         if let Err(error) = self.apply(&event) {
             LaneCounters::bump(&self.counters.errors[error.kind().index()], 1);
+            if !self.workers.contains_key(&event.worker()) {
+                // Never admitted, or unknown: its route is not needed.
+                self.gone.insert(event.worker());
+            }
         }
         #[cfg(test)]
         if event.event.event_id == INJECTED_PANIC {
@@ -129,9 +138,23 @@ impl Lane for IndexLane {
         }
         (self.fresh, self.appended, self.last_existing) = (Vec::new(), Vec::new(), None);
         self.publish_sizes();
+        self.gone.extend(&cleared);
         let restart = LaneRestart { lane: self.lane, at: std::time::SystemTime::now(), cleared };
         self.restarts.lock().record(restart);
         true
+    }
+
+    /// Drops the routes of the workers gone from this lane, now that no event for them can be
+    /// queued.
+    fn quiet(&mut self, queued: &dyn Fn() -> usize) {
+        if self.gone.is_empty() {
+            return;
+        }
+        let workers = &self.workers;
+        let gone = self.gone.iter().copied().filter(|worker| !workers.contains_key(worker));
+        if self.routes.try_drop(self.lane, gone, queued) {
+            self.gone.clear();
+        }
     }
 
     fn idle(&mut self) {
@@ -145,7 +168,7 @@ impl Lane for IndexLane {
 
 impl IndexLane {
     pub(crate) fn new(
-        (lane, restarts): (usize, Arc<Mutex<RestartLog>>),
+        (lane, restarts, routes): (usize, Arc<Mutex<RestartLog>>, Arc<Routes>),
         mixer: Mixer,
         table: Arc<RunTable>,
         budget: Arc<WorkerBudget>,
@@ -155,6 +178,8 @@ impl IndexLane {
         Self {
             lane,
             restarts,
+            routes,
+            gone: HashSet::default(),
             trie: LaneTrie::new(table),
             workers: HashMap::default(),
             mixer,
@@ -379,6 +404,7 @@ impl IndexLane {
             self.trie.end_event(&guard);
             self.budget.known.fetch_sub(1, Ordering::Relaxed);
         }
+        self.gone.extend(&doomed);
         self.trim();
         self.publish_sizes();
         doomed

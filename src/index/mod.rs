@@ -16,6 +16,7 @@ mod locals;
 mod probe_map;
 mod reference;
 mod restarts;
+mod routes;
 mod run;
 mod run_table;
 mod spent;
