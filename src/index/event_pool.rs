@@ -109,8 +109,10 @@ impl PoolStats {
 
 /// The concurrent prefix index: queries on the caller's thread, writes through sticky lanes.
 ///
-/// Every event of one (worker, dp_rank) goes to the same lane for the pool's lifetime, so it
-/// applies in order; different workers apply in parallel. Each lane keeps the tree of its own
+/// Every event of one (worker, dp_rank) goes to the same lane while the lane knows the worker
+/// or has events of it queued, so it applies in order; different workers apply in parallel.
+/// A worker the lanes forget (removed, never admitted) loses its route, and comes back on the
+/// least loaded lane. Each lane keeps the tree of its own
 /// workers' blocks, so lanes never write the same memory. [`EventPool::find_matches`] never
 /// waits for a lane: it walks each lane's tree without locks and merges the answers.
 ///
