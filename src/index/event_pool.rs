@@ -10,7 +10,7 @@ use crate::index::lane::{IndexLane, LaneCounters, WorkerBudget};
 use crate::index::restarts::{LaneRestart, RestartLog};
 use crate::index::routes::Routes;
 use crate::index::run::walk;
-use crate::index::run_table::RunTable;
+use crate::index::run_table::{RunTable, RunTableWriter};
 use crate::index::spent::{HANDED_MAX, SpentList};
 use crate::index::{IndexSnapshot, OverlapScores};
 use crate::mix::Mixer;
@@ -159,14 +159,16 @@ impl EventPool {
         let lanes = config.lanes.max(1);
         let budget = Arc::new(WorkerBudget { known: AtomicUsize::new(0), max: config.max_workers });
         let mixer = Mixer::random();
-        let tables: Vec<_> = (0..lanes).map(|_| Arc::new(RunTable::new(mixer))).collect();
+        let mut writers: Vec<_> = (0..lanes).map(|_| Some(RunTableWriter::new(mixer))).collect();
+        let tables: Vec<_> = writers.iter().flatten().map(|w| w.table().clone()).collect();
         let counters: Vec<_> =
             (0..lanes).map(|_| Arc::new(CachePadded::new(LaneCounters::default()))).collect();
         let spent: Vec<_> = (0..lanes).map(|_| Arc::new(Handback::new(HANDED_MAX))).collect();
         let restarts = Arc::new(Mutex::new(RestartLog::default()));
         let routes = Arc::new(Routes::new(lanes));
         let pool = StickyPool::new(lanes, config.queue_capacity, |lane| {
-            let (table, counters) = (tables[lane].clone(), counters[lane].clone());
+            let table = writers[lane].take().expect("one lane per writer");
+            let counters = counters[lane].clone();
             let log = (lane, restarts.clone(), routes.clone());
             IndexLane::new(log, mixer, table, budget.clone(), counters, spent[lane].clone())
         });

@@ -120,8 +120,7 @@ impl HeldBlocks {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::index::run_table::RunTable;
-    use crate::sync::Arc;
+    use crate::index::run_table::RunTableWriter;
 
     /// Names that all shared one tag (and one probe-map home) under the fixed mixer the worker
     /// maps used before pools had their own: its multiply undone for values with one high half.
@@ -139,7 +138,7 @@ mod tests {
     /// pool's secret one: few spill out of the tag map, and all are found.
     #[test]
     fn names_crafted_for_a_fixed_mixer_spread() {
-        let mut trie = LaneTrie::new(Arc::new(RunTable::new(Mixer::random())));
+        let mut trie = LaneTrie::new(RunTableWriter::new(Mixer::random()));
         let mut held = HeldBlocks::new(Mixer::random());
         let names = crowd(4000);
         for &name in &names {

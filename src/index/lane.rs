@@ -17,7 +17,7 @@ use crate::index::held_blocks::HeldBlocks;
 use crate::index::lane_trie::{LaneTrie, NodeId, shed};
 use crate::index::restarts::{LaneRestart, RestartLog};
 use crate::index::routes::Routes;
-use crate::index::run_table::RunTable;
+use crate::index::run_table::RunTableWriter;
 use crate::index::spent::{SPENT_BATCH, SpentList};
 use crate::index::worker_dump::dump_worker;
 use crate::mix::Mixer;
@@ -170,7 +170,7 @@ impl IndexLane {
     pub(crate) fn new(
         (lane, restarts, routes): (usize, Arc<Mutex<RestartLog>>, Arc<Routes>),
         mixer: Mixer,
-        table: Arc<RunTable>,
+        table: RunTableWriter,
         budget: Arc<WorkerBudget>,
         counters: Arc<CachePadded<LaneCounters>>,
         spent_out: Arc<Handback<SpentList>>,

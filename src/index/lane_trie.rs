@@ -20,7 +20,7 @@ use crate::hash::next_sequence_hash;
 use crate::index::holder_sets::HolderSets;
 use crate::index::locals::Locals;
 use crate::index::run::{ROOT_TAIL, Run, RunId, RunState};
-use crate::index::run_table::RunTable;
+use crate::index::run_table::RunTableWriter;
 use crate::sync::epoch::{Guard, Published, Reclaimer};
 use crate::sync::{Arc, AtomicU32, Ordering};
 
@@ -62,7 +62,7 @@ struct RunMeta {
 
 /// See the [module docs](self).
 pub(crate) struct LaneTrie {
-    table: Arc<RunTable>,
+    table: RunTableWriter,
     runs: Vec<Option<RunMeta>>,
     free_runs: Vec<RunId>,
     nodes: Vec<NodePos>,
@@ -83,7 +83,7 @@ pub(crate) struct LaneTrie {
 }
 
 impl LaneTrie {
-    pub(crate) fn new(table: Arc<RunTable>) -> Self {
+    pub(crate) fn new(table: RunTableWriter) -> Self {
         Self {
             table,
             runs: Vec::new(),
@@ -116,16 +116,20 @@ impl LaneTrie {
     /// Starts over with no runs, after a panic left this tree in an unknown state: unlinks
     /// every run from the table, whatever the tree says, and drops the tree. Tail ids go on
     /// from where they were, so a reader still on an old run never takes a new run for its
-    /// child.
+    /// child; the retired values stay with the reclaimer, freed as readers allow.
     pub(crate) fn reset(&mut self) {
-        let mut fresh = LaneTrie::new(self.table.clone());
-        fresh.next_tail = self.next_tail;
         let guard = crate::sync::epoch::pin();
-        self.table.clear(&guard, &mut fresh.retired);
-        fresh.end_event(&guard);
-        // The old tree's retired values are freed once no reader can hold them (see
-        // `Reclaimer`'s drop).
-        *self = fresh;
+        self.table.clear(&guard, &mut self.retired);
+        self.end_event(&guard);
+        self.runs = Vec::new();
+        self.free_runs = Vec::new();
+        self.nodes = Vec::new();
+        self.free_nodes = Vec::new();
+        self.holder_sets = HolderSets::default();
+        for buffer in [&mut self.chain_seqs, &mut self.joined] {
+            *buffer = Vec::new();
+        }
+        (self.spots, self.holders) = (Vec::new(), Vec::new());
     }
 
     /// Gives back the reused buffers an unusually large event grew.
@@ -658,7 +662,7 @@ impl LaneTrie {
             + self.runs.capacity() * size_of::<Option<RunMeta>>()
             + (self.free_runs.capacity() + self.free_nodes.capacity()) * 4
             + self.nodes.capacity() * size_of::<NodePos>()
-            + self.table.bytes(guard)
+            + self.table.table().bytes(guard)
     }
 }
 

@@ -5,7 +5,7 @@ use crate::event::{LocalBlockHash, Worker};
 use crate::index::lane_trie::LaneTrie;
 use crate::index::locals::Locals;
 use crate::index::run::{Run, RunState, walk};
-use crate::index::run_table::RunTable;
+use crate::index::run_table::{RunTable, RunTableWriter};
 use crate::mix::Mixer;
 use crate::sync::epoch::{Published, Reclaimer, pin};
 use crate::sync::{Arc, AtomicU32, shared_slice};
@@ -22,8 +22,9 @@ pub struct LoomReader(Arc<RunTable>);
 
 impl Default for LoomLane {
     fn default() -> Self {
-        let table = Arc::new(RunTable::new(Mixer::random()));
-        Self { trie: LaneTrie::new(table.clone()), table }
+        let writer = RunTableWriter::new(Mixer::random());
+        let table = writer.table().clone();
+        Self { trie: LaneTrie::new(writer), table }
     }
 }
 
@@ -67,16 +68,17 @@ impl LoomReader {
 #[derive(Clone)]
 pub struct LoomTable {
     table: Arc<RunTable>,
-    retired: std::sync::Arc<std::sync::Mutex<Reclaimer>>,
+    writer: std::sync::Arc<std::sync::Mutex<(RunTableWriter, Reclaimer)>>,
     /// The runs published, by key, to unlink them by identity.
     runs: std::sync::Arc<std::sync::Mutex<Vec<(u64, Arc<Run>)>>>,
 }
 
 impl Default for LoomTable {
     fn default() -> Self {
+        let writer = RunTableWriter::new(Mixer::random());
         Self {
-            table: Arc::new(RunTable::new(Mixer::random())),
-            retired: Default::default(),
+            table: writer.table().clone(),
+            writer: std::sync::Arc::new(std::sync::Mutex::new((writer, Reclaimer::default()))),
             runs: Default::default(),
         }
     }
@@ -100,7 +102,8 @@ impl LoomTable {
         let state = Published::new(state);
         let run = Arc::new(Run { id: AtomicU32::new(0), parent_tail: 0, first: locals[0], state });
         self.runs.lock().expect("not poisoned").push((key, run.clone()));
-        self.table.insert(key, run, &pin(), &mut self.retired.lock().expect("not poisoned"));
+        let (writer, retired) = &mut *self.writer.lock().expect("not poisoned");
+        writer.insert(key, run, &pin(), retired);
     }
 
     /// Unlinks the run last published under `key`.
@@ -108,8 +111,8 @@ impl LoomTable {
         let mut runs = self.runs.lock().expect("not poisoned");
         let at = runs.iter().rposition(|(k, _)| *k == key).expect("a published key");
         let (_, run) = runs.remove(at);
-        let mut retired = self.retired.lock().expect("not poisoned");
-        self.table.remove(key, &run, &pin(), &mut retired);
+        let (writer, retired) = &mut *self.writer.lock().expect("not poisoned");
+        writer.remove(key, &run, &pin(), retired);
     }
 
     /// The content of the first run under `key`, if any.

@@ -1,5 +1,7 @@
 //! [`RunTable`]: one lane's map from a run's key (our sequence hash of its first block) to the
-//! run. Only the lane writes it; queries read it without locks.
+//! run. Only the lane writes it, through its [`RunTableWriter`] (one per table, not `Clone`,
+//! every change `&mut`); queries read it without locks, and what they load lives no longer
+//! than both their pin and their borrow of the table.
 //!
 //! Keys are not unique: a sender can make two runs' keys equal (see [`crate::index::run`]), so
 //! a key may have several slots, and a lookup takes the first run under it that the caller's
@@ -105,25 +107,126 @@ impl Drop for OwnedRun {
     }
 }
 
-impl RunTable {
-    /// An empty table whose slots `mixer` picks.
+/// The only handle that changes a [`RunTable`]; see the [module docs](self).
+pub(crate) struct RunTableWriter(Arc<RunTable>);
+
+impl RunTableWriter {
+    /// An empty table whose slots `mixer` picks, and its writer.
     pub(crate) fn new(mixer: Mixer) -> Self {
-        Self {
+        Self(Arc::new(RunTable {
             current: Published::new(Slots::with_capacity(MIN_SLOTS)),
             mixer,
             keyed: AtomicUsize::new(0),
             live: AtomicUsize::new(0),
+        }))
+    }
+
+    /// The table, for readers.
+    pub(crate) fn table(&self) -> &Arc<RunTable> {
+        &self.0
+    }
+
+    /// [`RunTable::get`], for the writer.
+    pub(crate) fn get<'a>(
+        &'a self,
+        key: u64,
+        guard: &'a Guard,
+        wanted: impl Fn(&Run) -> bool,
+    ) -> Option<&'a Run> {
+        self.0.get(key, guard, wanted)
+    }
+
+    /// Publishes `run` under `key`.
+    pub(crate) fn insert(
+        &mut self,
+        key: u64,
+        run: Arc<Run>,
+        guard: &Guard,
+        retired: &mut Reclaimer,
+    ) {
+        let key = stored_key(key);
+        if self.0.keyed.load(Ordering::Relaxed) + 1 > self.capacity(guard) / 4 * 3 {
+            self.rebuild(self.0.live.load(Ordering::Relaxed) + 1, guard, retired);
+        }
+        let (slot, found) = self.0.current.load(guard).vacant(key, self.0.mixer);
+        slot.run.store(Arc::into_raw(run).cast_mut(), Ordering::Release);
+        if found == EMPTY {
+            // Published after the pointer: a reader that sees the key sees the run.
+            slot.key.store(key, Ordering::Release);
+            self.0.keyed.store(self.0.keyed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        }
+        self.0.live.store(self.0.live.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    /// Unlinks `run`, published under `key`; its count is released once readers that may hold
+    /// it are gone.
+    pub(crate) fn remove(&mut self, key: u64, run: &Run, guard: &Guard, retired: &mut Reclaimer) {
+        let key = stored_key(key);
+        let current = self.0.current.load(guard);
+        let mut slots = current.probe(key, self.0.mixer);
+        let wanted = std::ptr::from_ref(run).cast_mut();
+        let (slot, _) = slots
+            .find(|&(slot, found)| found == key && slot.run.load(Ordering::Relaxed) == wanted)
+            .expect("a live run is in the table under its key");
+        let run = slot.run.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        retired.retire(Box::new(OwnedRun(run)));
+        let live = self.0.live.load(Ordering::Relaxed) - 1;
+        self.0.live.store(live, Ordering::Relaxed);
+        if self.capacity(guard) > MIN_SLOTS && live < self.capacity(guard) / 8 {
+            self.rebuild(live, guard, retired);
         }
     }
 
+    /// Unlinks every run, trusting only the slots (a lane restarting after a panic may have
+    /// left its own records of them half changed).
+    pub(crate) fn clear(&mut self, guard: &Guard, retired: &mut Reclaimer) {
+        for slot in self.0.current.load(guard).slots.iter() {
+            let run = slot.run.swap(std::ptr::null_mut(), Ordering::AcqRel);
+            if !run.is_null() {
+                retired.retire(Box::new(OwnedRun(run)));
+            }
+        }
+        self.0.current.replace(Slots::with_capacity(MIN_SLOTS), retired);
+        self.0.keyed.store(0, Ordering::Relaxed);
+        self.0.live.store(0, Ordering::Relaxed);
+    }
+
+    fn capacity(&self, guard: &Guard) -> usize {
+        self.0.capacity(guard)
+    }
+
+    /// Moves the live entries into a fresh array with room for `live` at most half full. The
+    /// pointers move with their counts; the old array is retired without releasing them.
+    fn rebuild(&mut self, live: usize, guard: &Guard, retired: &mut Reclaimer) {
+        let capacity = (live * 2).next_power_of_two().max(MIN_SLOTS);
+        let fresh = Slots::with_capacity(capacity);
+        let mut moved = 0;
+        for slot in self.0.current.load(guard).slots.iter() {
+            let run = slot.run.load(Ordering::Relaxed);
+            if run.is_null() {
+                continue;
+            }
+            let key = slot.key.load(Ordering::Relaxed);
+            let (target, _) = fresh.vacant(key, self.0.mixer);
+            target.run.store(run, Ordering::Relaxed);
+            target.key.store(key, Ordering::Relaxed);
+            moved += 1;
+        }
+        // `replace` publishes with release, so readers of the new array see its slots.
+        self.0.current.replace(fresh, retired);
+        self.0.keyed.store(moved, Ordering::Relaxed);
+    }
+}
+
+impl RunTable {
     /// The first run keyed `key` that `wanted` accepts, if any. Safe against concurrent
-    /// writes; `guard` keeps it alive.
-    pub(crate) fn get<'g>(
-        &self,
+    /// writes; `guard` keeps it alive, and it cannot outlive the borrow of the table either.
+    pub(crate) fn get<'a>(
+        &'a self,
         key: u64,
-        guard: &'g Guard,
+        guard: &'a Guard,
         wanted: impl Fn(&Run) -> bool,
-    ) -> Option<&'g Run> {
+    ) -> Option<&'a Run> {
         let key = stored_key(key);
         for (slot, found) in self.current.load(guard).probe(key, self.mixer) {
             // An empty slot may already hold the pointer of another key being inserted there.
@@ -134,7 +237,8 @@ impl RunTable {
             // SAFETY: a non-null pointer was stored (with release, after the run was built) by
             // `insert` and owns a strong count. That count is released only through
             // the writer's reclaimer after the pointer is unlinked from every array a reader can
-            // still load, so it outlives our pin (`'g`). A tombstone holds null.
+            // still load, so it outlives our pin; or when the table drops, which it cannot
+            // while we borrow it (`'a` is within both). A tombstone holds null.
             if let Some(run) = unsafe { run.as_ref() }
                 && wanted(run)
             {
@@ -144,55 +248,6 @@ impl RunTable {
         None
     }
 
-    /// Publishes `run` under `key`. Writer only.
-    pub(crate) fn insert(&self, key: u64, run: Arc<Run>, guard: &Guard, retired: &mut Reclaimer) {
-        let key = stored_key(key);
-        if self.keyed.load(Ordering::Relaxed) + 1 > self.capacity(guard) / 4 * 3 {
-            self.rebuild(self.live.load(Ordering::Relaxed) + 1, guard, retired);
-        }
-        let (slot, found) = self.current.load(guard).vacant(key, self.mixer);
-        slot.run.store(Arc::into_raw(run).cast_mut(), Ordering::Release);
-        if found == EMPTY {
-            // Published after the pointer: a reader that sees the key sees the run.
-            slot.key.store(key, Ordering::Release);
-            self.keyed.store(self.keyed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        }
-        self.live.store(self.live.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-    }
-
-    /// Unlinks `run`, published under `key`; its count is released once readers that may hold
-    /// it are gone. Writer only.
-    pub(crate) fn remove(&self, key: u64, run: &Run, guard: &Guard, retired: &mut Reclaimer) {
-        let key = stored_key(key);
-        let current = self.current.load(guard);
-        let mut slots = current.probe(key, self.mixer);
-        let wanted = std::ptr::from_ref(run).cast_mut();
-        let (slot, _) = slots
-            .find(|&(slot, found)| found == key && slot.run.load(Ordering::Relaxed) == wanted)
-            .expect("a live run is in the table under its key");
-        let run = slot.run.swap(std::ptr::null_mut(), Ordering::AcqRel);
-        retired.retire(Box::new(OwnedRun(run)));
-        let live = self.live.load(Ordering::Relaxed) - 1;
-        self.live.store(live, Ordering::Relaxed);
-        if self.capacity(guard) > MIN_SLOTS && live < self.capacity(guard) / 8 {
-            self.rebuild(live, guard, retired);
-        }
-    }
-
-    /// Unlinks every run, trusting only the slots (a lane restarting after a panic may have
-    /// left its own records of them half changed). Writer only.
-    pub(crate) fn clear(&self, guard: &Guard, retired: &mut Reclaimer) {
-        for slot in self.current.load(guard).slots.iter() {
-            let run = slot.run.swap(std::ptr::null_mut(), Ordering::AcqRel);
-            if !run.is_null() {
-                retired.retire(Box::new(OwnedRun(run)));
-            }
-        }
-        self.current.replace(Slots::with_capacity(MIN_SLOTS), retired);
-        self.keyed.store(0, Ordering::Relaxed);
-        self.live.store(0, Ordering::Relaxed);
-    }
-
     fn capacity(&self, guard: &Guard) -> usize {
         self.current.load(guard).slots.len()
     }
@@ -200,28 +255,6 @@ impl RunTable {
     /// Heap bytes of the slot array.
     pub(crate) fn bytes(&self, guard: &Guard) -> usize {
         self.capacity(guard) * size_of::<Slot>()
-    }
-
-    /// Moves the live entries into a fresh array with room for `live` at most half full. The
-    /// pointers move with their counts; the old array is retired without releasing them.
-    fn rebuild(&self, live: usize, guard: &Guard, retired: &mut Reclaimer) {
-        let capacity = (live * 2).next_power_of_two().max(MIN_SLOTS);
-        let fresh = Slots::with_capacity(capacity);
-        let mut moved = 0;
-        for slot in self.current.load(guard).slots.iter() {
-            let run = slot.run.load(Ordering::Relaxed);
-            if run.is_null() {
-                continue;
-            }
-            let key = slot.key.load(Ordering::Relaxed);
-            let (target, _) = fresh.vacant(key, self.mixer);
-            target.run.store(run, Ordering::Relaxed);
-            target.key.store(key, Ordering::Relaxed);
-            moved += 1;
-        }
-        // `replace` publishes with release, so readers of the new array see its slots.
-        self.current.replace(fresh, retired);
-        self.keyed.store(moved, Ordering::Relaxed);
     }
 }
 
@@ -276,10 +309,10 @@ mod tests {
     #[test]
     fn rebuilds_under_a_reader() {
         let keys: u64 = if cfg!(miri) { 80 } else { 4000 };
-        let table = Arc::new(RunTable::new(Mixer::random()));
+        let mut table = RunTableWriter::new(Mixer::random());
         let done = Arc::new(AtomicBool::new(false));
         let reader = {
-            let (table, done) = (table.clone(), done.clone());
+            let (table, done) = (table.table().clone(), done.clone());
             std::thread::spawn(move || {
                 let mut found = 0;
                 while !done.load(Ordering::Acquire) {
@@ -305,7 +338,7 @@ mod tests {
         for key in 1..=keys {
             assert!(table.get(key, &guard, any).is_some());
         }
-        let grown = table.bytes(&guard);
+        let grown = table.table().bytes(&guard);
         drop(guard);
         for key in (1..=keys).filter(|key| key % 16 != 0) {
             let guard = pin();
@@ -319,7 +352,11 @@ mod tests {
         table.insert(1, run(1), &guard, &mut retired);
         done.store(true, Ordering::Release);
         reader.join().unwrap();
-        assert!(table.bytes(&guard) * 2 < grown, "{} of {grown}", table.bytes(&guard));
+        assert!(
+            table.table().bytes(&guard) * 2 < grown,
+            "{} of {grown}",
+            table.table().bytes(&guard)
+        );
         for key in 1..=keys {
             assert_eq!(table.get(key, &guard, any).is_some(), key % 16 == 0 || key == 1, "{key}");
         }
@@ -332,7 +369,7 @@ mod tests {
     /// identity and removed alone, through inserts, removals and rebuilds.
     #[test]
     fn colliding_keys_are_told_apart() {
-        let table = RunTable::new(Mixer::random());
+        let mut table = RunTableWriter::new(Mixer::random());
         let mut retired = Reclaimer::default();
         let guard = pin();
         let is = |first: u64, parent: u64| move |run: &Run| run.is_child(parent, first);
@@ -346,9 +383,10 @@ mod tests {
                 live.push((key, parent, run));
             }
         }
+        let reader = table.table().clone();
         let check = |live: &[(u64, u64, Arc<Run>)]| {
             for (key, parent, run) in live {
-                let found = table.get(*key, &guard, is(*key, *parent)).expect("a live run");
+                let found = reader.get(*key, &guard, is(*key, *parent)).expect("a live run");
                 assert!(std::ptr::eq(found, &**run), "key {key:#x} below {parent}");
             }
         };
