@@ -115,6 +115,22 @@ impl LoomTable {
         writer.remove(key, &run, &pin(), retired);
     }
 
+    /// Unlinks the run under `key` whose content starts with `first`.
+    pub fn remove_starting(&self, key: u64, first: u64) {
+        let mut runs = self.runs.lock().expect("not poisoned");
+        let at = runs.iter().position(|(k, run)| *k == key && run.first == first);
+        let (_, run) = runs.remove(at.expect("a published run"));
+        let (writer, retired) = &mut *self.writer.lock().expect("not poisoned");
+        writer.remove(key, &run, &pin(), retired);
+    }
+
+    /// The content of the run under `key` that starts with `first`, if any.
+    pub fn get_starting(&self, key: u64, first: u64) -> Option<Vec<u64>> {
+        let guard = pin();
+        let run = self.table.get(key, &guard, |run| run.first == first)?;
+        Some(run.state.load(&guard).locals.to_vec())
+    }
+
     /// The content of the first run under `key`, if any.
     pub fn get(&self, key: u64) -> Option<Vec<u64>> {
         let guard = pin();
