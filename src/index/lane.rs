@@ -1,10 +1,14 @@
 //! [`IndexLane`]: applies the events of the workers assigned to one lane.
 //!
 //! The lane owns its workers' engine-hash maps ([`HeldBlocks`]) and its [`LaneTrie`] outright
-//! (no lock); queries read the lane's runs through its [`RunTable`]. Each event is
-//! all-or-nothing for `Stored` (the whole chain is validated before anything changes) and
-//! best-effort for `Removed` (unknown blocks are skipped and reported), exactly like the
-//! reference index.
+//! (no lock); queries read the lane's runs through its
+//! [`RunTable`](crate::index::run_table::RunTable). Each event is all-or-nothing for `Stored`
+//! (the whole chain is validated before anything changes) and best-effort for `Removed`
+//! (unknown blocks are skipped and reported), exactly like the reference index.
+//!
+//! A panic while the lane applies an event (a bug) costs only its own workers: the lane clears
+//! them and starts over empty ([`crate::index::LaneRestart`]). Workers the lane stops knowing
+//! lose their routes once its queue is empty ([`Routes`]).
 
 use std::collections::{HashMap, HashSet};
 
