@@ -238,6 +238,15 @@ pub enum ApplyError {
         /// The index's capacity.
         capacity: usize,
     },
+    /// The event carries more blocks than the index takes in one event; nothing was applied.
+    TooManyBlocks {
+        /// The worker.
+        worker: Worker,
+        /// The event's blocks.
+        blocks: usize,
+        /// The most one event may carry.
+        limit: usize,
+    },
 }
 
 impl ApplyError {
@@ -249,6 +258,7 @@ impl ApplyError {
             Self::UnknownBlocks { .. } => ApplyErrorKind::UnknownBlocks,
             Self::UnknownWorker { .. } => ApplyErrorKind::UnknownWorker,
             Self::TooManyWorkers { .. } => ApplyErrorKind::TooManyWorkers,
+            Self::TooManyBlocks { .. } => ApplyErrorKind::TooManyBlocks,
         }
     }
 }
@@ -268,6 +278,9 @@ impl fmt::Display for ApplyError {
             Self::UnknownWorker { worker } => write!(f, "worker {worker} is unknown"),
             Self::TooManyWorkers { worker, capacity } => {
                 write!(f, "worker {worker} rejected: index already holds {capacity} workers")
+            }
+            Self::TooManyBlocks { worker, blocks, limit } => {
+                write!(f, "worker {worker}: event of {blocks} blocks rejected (at most {limit})")
             }
         }
     }
@@ -289,16 +302,19 @@ pub enum ApplyErrorKind {
     UnknownWorker,
     /// See [`ApplyError::TooManyWorkers`].
     TooManyWorkers,
+    /// See [`ApplyError::TooManyBlocks`].
+    TooManyBlocks,
 }
 
 impl ApplyErrorKind {
     /// Every kind, in counter order.
-    pub const ALL: [ApplyErrorKind; 5] = [
+    pub const ALL: [ApplyErrorKind; 6] = [
         Self::UnknownParent,
         Self::HashConflict,
         Self::UnknownBlocks,
         Self::UnknownWorker,
         Self::TooManyWorkers,
+        Self::TooManyBlocks,
     ];
 
     /// The kind's position in [`Self::ALL`].

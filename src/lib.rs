@@ -102,6 +102,7 @@ pub mod sequences;
 #[cfg(feature = "sim")]
 pub mod sim;
 
+mod mix;
 mod prefetch;
 mod sync;
 mod u64_map;

@@ -1,11 +1,15 @@
 //! Hash maps keyed by values that are already 64-bit hashes (ours, or an engine's).
 //!
-//! Such keys need no SipHash: one 128-bit multiply folds the key so that hashbrown's control bytes
-//! (its top 7 bits) stay well spread even for small or patterned keys, e.g. engine hashes that are
-//! counters, or test values.
+//! Such keys need no SipHash: the crate's one mixing function ([`Mixer`], with its fixed seed)
+//! spreads them so that hashbrown's control bytes (its top 7 bits) stay well spread even for
+//! small or patterned keys, e.g. engine hashes that are counters, or test values. The seed is
+//! fixed: use these maps for keys no sender chooses (or seed them, as the index's worker maps
+//! do).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+
+use crate::mix::Mixer;
 
 /// Folds one `u64` key with a multiply; see the [module docs](self).
 #[derive(Default, Clone, Copy)]
@@ -25,8 +29,7 @@ impl Hasher for FoldHasher {
 
     #[inline]
     fn write_u64(&mut self, key: u64) {
-        let folded = u128::from(key ^ self.0) * 0x9E37_79B9_7F4A_7C15;
-        self.0 = (folded as u64) ^ ((folded >> 64) as u64);
+        self.0 = Mixer::FIXED.mix(key ^ self.0);
     }
 }
 

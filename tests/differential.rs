@@ -3,7 +3,8 @@
 
 mod common;
 
-use common::{Op, check_ops, check_ops_on, long_chain_op, long_chain_queries, op, op_among};
+use common::{Op, check_ops, check_ops_on, extreme_queries, long_chain_op, long_chain_queries};
+use common::{op, op_among, op_extreme};
 use proptest::prelude::*;
 
 fn check(ops: &[Op], lanes: usize) -> Result<(), TestCaseError> {
@@ -38,5 +39,12 @@ proptest! {
     #[test]
     fn four_lanes(ops in prop::collection::vec(op(4, 10), 0..80)) {
         check(&ops, 4)?;
+    }
+
+    /// #18 item 1: content and engine hashes 0, 1, `u64::MAX` and other runs' sequence hashes
+    /// (run keys that collide with each other and with the table's markers).
+    #[test]
+    fn extreme_hashes(ops in prop::collection::vec(op_extreme(), 0..60), lanes in 1usize..3) {
+        check_ops_on(lanes, &ops, &extreme_queries(3)).map_err(TestCaseError::fail)?;
     }
 }

@@ -87,7 +87,9 @@ fn a_full_queue_hands_the_event_back() {
 
 #[test]
 fn memory_follows_live_blocks_after_mass_removal() {
-    let pool = EventPool::new(PoolConfig::default()).expect("the pool starts");
+    // One event of 20,000 blocks: more than an event may carry by default.
+    let pool = EventPool::new(PoolConfig { max_event_blocks: 20_000, ..PoolConfig::default() })
+        .expect("the pool starts");
     let worker = Worker::new(9, 0);
     let stored = store_prefix(worker, 20_000);
     pool.apply_blocking(stored).unwrap();
@@ -116,6 +118,13 @@ fn zero_or_absurd_sizes_are_typed_errors() {
     assert_eq!(start(usize::MAX, 8, 8), Some(PoolConfigError::TooManyLanes(usize::MAX)));
     assert_eq!(start(1, usize::MAX, 8), Some(PoolConfigError::QueueTooLarge(usize::MAX)));
     assert_eq!(start(1, 1, usize::MAX), None, "no limit on the worker budget");
+    for max_event_blocks in [0, usize::MAX] {
+        let config = PoolConfig { max_event_blocks, ..PoolConfig::default() };
+        assert_eq!(
+            EventPool::new(config).err(),
+            Some(PoolConfigError::BadMaxEventBlocks(max_event_blocks))
+        );
+    }
 
     let bad = PoolConfig { lanes: 0, ..PoolConfig::default() };
     let tiered = TieredIndex::new(PoolConfig::default(), bad.clone());
@@ -127,4 +136,69 @@ fn zero_or_absurd_sizes_are_typed_errors() {
     let config = RouterConfig { device_index: bad, ..RouterConfig::new(16) };
     let router = KvRouter::new(config).err();
     assert_eq!(router, Some(RouterConfigError::Index(PoolConfigError::ZeroLanes)));
+}
+
+/// #18 item 1: key 0 and `u64::MAX` share a run-table slot (0 is stored as `u64::MAX`): both
+/// roots must be found and removable, with no lane panic.
+#[test]
+fn root_keys_zero_and_max_are_both_found_and_removable() {
+    let pool = EventPool::new(PoolConfig::default()).unwrap();
+    let w = Worker::new(1, 0);
+    pool.apply(RouterEvent::stored(w, 0, None, vec![StoredBlock::new(0, 10)])).unwrap();
+    pool.apply(RouterEvent::stored(w, 1, None, vec![StoredBlock::new(u64::MAX, 11)])).unwrap();
+    pool.flush().unwrap();
+    assert_eq!(pool.find_matches(&[LocalBlockHash(0)]).get(w), 1);
+    assert_eq!(pool.find_matches(&[LocalBlockHash(u64::MAX)]).get(w), 1);
+    pool.apply(RouterEvent::removed(w, 2, vec![kvroute::SequenceHash(10)])).unwrap();
+    pool.flush().unwrap();
+    assert_eq!(pool.find_matches(&[LocalBlockHash(0)]).get(w), 0);
+    assert_eq!(pool.find_matches(&[LocalBlockHash(u64::MAX)]).get(w), 1);
+    pool.apply(RouterEvent::removed(w, 3, vec![kvroute::SequenceHash(11)])).unwrap();
+    pool.flush().unwrap();
+    assert!(pool.find_matches(&[LocalBlockHash(u64::MAX)]).is_empty());
+    assert_eq!(pool.stats().errors, [0; ApplyErrorKind::ALL.len()]);
+    assert_eq!(pool.stats().runs, 0);
+}
+
+/// #18 item 1: a root whose content hash equals the sequence hash of another chain's second
+/// block has the same run key as that block's run: each query still finds its own run.
+#[test]
+fn a_root_keyed_like_another_runs_block_does_not_shadow_it() {
+    use kvroute::hash::next_sequence_hash;
+    let pool = EventPool::new(PoolConfig { lanes: 1, ..PoolConfig::default() }).unwrap();
+    let (a, b) = (Worker::new(1, 0), Worker::new(2, 0));
+    // Worker a holds [5, 6]; worker b holds only [5]: two runs, the second keyed seq([5, 6]).
+    let blocks = vec![StoredBlock::new(5, 50), StoredBlock::new(6, 60)];
+    pool.apply(RouterEvent::stored(a, 0, None, blocks)).unwrap();
+    pool.apply(RouterEvent::stored(b, 0, None, vec![StoredBlock::new(5, 70)])).unwrap();
+    let collide = next_sequence_hash(Some(kvroute::SequenceHash(5)), LocalBlockHash(6)).0;
+    // Worker b's root [collide, 8] is keyed like a's second run, in either insertion order.
+    let root = vec![StoredBlock::new(collide, 71), StoredBlock::new(8, 72)];
+    pool.apply(RouterEvent::stored(b, 1, None, root)).unwrap();
+    pool.flush().unwrap();
+    let chain = [LocalBlockHash(5), LocalBlockHash(6)];
+    let scores = pool.find_matches(&chain);
+    assert_eq!((scores.get(a), scores.get(b)), (2, 1));
+    let scores = pool.find_matches(&[LocalBlockHash(collide), LocalBlockHash(8)]);
+    assert_eq!((scores.get(a), scores.get(b)), (0, 2));
+    // Removing a's block 6 removes its run, not b's root.
+    pool.apply(RouterEvent::removed(a, 1, vec![kvroute::SequenceHash(60)])).unwrap();
+    pool.flush().unwrap();
+    let scores = pool.find_matches(&[LocalBlockHash(collide), LocalBlockHash(8)]);
+    assert_eq!(scores.get(b), 2);
+    assert_eq!(pool.find_matches(&chain).get(a), 1);
+    // And storing under the colliding key again extends a, not b's root.
+    pool.apply(RouterEvent::stored(
+        a,
+        2,
+        Some(kvroute::SequenceHash(50)),
+        vec![StoredBlock::new(6, 61)],
+    ))
+    .unwrap();
+    pool.flush().unwrap();
+    assert_eq!(pool.find_matches(&chain).get(a), 2);
+    assert_eq!(pool.find_matches(&[LocalBlockHash(collide)]).get(a), 0);
+    assert_eq!(pool.stats().errors, [0; ApplyErrorKind::ALL.len()]);
+    let reference_like: Vec<_> = pool.workers().unwrap();
+    assert_eq!(reference_like, vec![a, b]);
 }

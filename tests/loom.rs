@@ -1,5 +1,5 @@
 //! Loom models of kvroute's own synchronization (run with `--cfg loom`, see the README):
-//! the run table's slot protocol, publication of a new run vs a reader, a split (a second worker joining part of a run) vs a
+//! the run table's slot protocol (colliding keys too), publication of a new run vs a reader, a split (a second worker joining part of a run) vs a
 //! reader, two lanes changing who holds one prefix while a query merges both, worker removal
 //! racing a reader, the pool's flush barrier, producers waiting for room in a full queue (and
 //! woken early by a lane that asks for them), a lane handing values back for producers to drop,
@@ -33,15 +33,16 @@ fn a_new_run_is_seen_whole_or_not_at_all() {
     });
 }
 
-/// Keys 1 and 17 share a home slot. While key 1 is inserted into the empty slot that ends
-/// key 17's probe sequence, the slot briefly holds key 1's run but no key yet: a lookup of 17
-/// must not take that run (miri caught an early reader that did).
+/// Keys 1 and `other` share a home slot. While key 1 is inserted into the empty slot that ends
+/// `other`'s probe sequence, the slot briefly holds key 1's run but no key yet: a lookup of
+/// `other` must not take that run (miri caught an early reader that did).
 #[test]
 fn a_lookup_never_takes_a_run_from_a_slot_being_filled() {
-    loom::model(|| {
+    let other = LoomTable::same_home(1);
+    loom::model(move || {
         let table = LoomTable::default();
         let reader = table.clone();
-        let query = thread::spawn(move || (reader.get(17), reader.get(1)));
+        let query = thread::spawn(move || (reader.get(other), reader.get(1)));
         table.insert(1, &[10, 11]);
         let (other, own) = query.join().unwrap();
         assert_eq!(other, None);
@@ -53,17 +54,37 @@ fn a_lookup_never_takes_a_run_from_a_slot_being_filled() {
 /// over it never sees a run, and the key's own reader sees it before or after.
 #[test]
 fn a_tombstone_is_reused_only_by_its_own_key() {
-    loom::model(|| {
+    let other = LoomTable::same_home(1);
+    loom::model(move || {
         let table = LoomTable::default();
         table.insert(1, &[10]);
         table.remove(1);
         let reader = table.clone();
-        let query = thread::spawn(move || (reader.get(17), reader.get(1)));
-        table.insert(17, &[20]);
+        let query = thread::spawn(move || (reader.get(other), reader.get(1)));
+        table.insert(other, &[20]);
         table.insert(1, &[12]);
         let (other, own) = query.join().unwrap();
         assert!(other.is_none() || other == Some(vec![20]), "saw {other:?}");
         assert!(own.is_none() || own == Some(vec![12]), "saw {own:?}");
+    });
+}
+
+/// Runs under one key (#18 item 1: keys are not unique): while the writer removes one of two
+/// and publishes a third under the same key (reusing the removed one's slot), a reader looking
+/// for the one that stays always finds it, whole.
+#[test]
+fn colliding_keys_never_hide_a_run() {
+    loom::model(|| {
+        let table = LoomTable::default();
+        table.insert(5, &[1, 10]);
+        table.insert(5, &[2, 20]);
+        let reader = table.clone();
+        let query = thread::spawn(move || reader.get_starting(5, 2));
+        table.remove_starting(5, 1);
+        table.insert(5, &[3, 30]);
+        assert_eq!(query.join().unwrap(), Some(vec![2, 20]));
+        assert_eq!(table.get_starting(5, 3), Some(vec![3, 30]));
+        assert_eq!(table.get_starting(5, 1), None);
     });
 }
 

@@ -1,8 +1,9 @@
 //! Differential fuzz target: arbitrary event sequences through the concurrent index and the
 //! reference must leave both in the same state.
 //!
-//! `cargo +nightly fuzz run index_ops` (from the repository root). The same check replays the
-//! checked-in corpus in `tests/fuzz_corpus.rs` on stable.
+//! `cargo +nightly fuzz run -O -s none index_ops /tmp/corpus corpus/index_ops` (from `fuzz/`;
+//! new inputs go to the first directory). The same check replays the checked-in corpus in
+//! `tests/fuzz_corpus.rs` on stable.
 #![no_main]
 
 #[allow(dead_code)] // the target uses `check` only

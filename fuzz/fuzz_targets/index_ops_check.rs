@@ -1,15 +1,43 @@
 //! Decoding bytes into index operations, and the differential check of the concurrent index
 //! against the reference. Shared by the fuzz target and `tests/fuzz_corpus.rs`.
 
+use kvroute::hash::next_sequence_hash;
 use kvroute::index::{EventPool, PoolConfig, ReferenceIndex};
 use kvroute::{
     ApplyErrorKind, LocalBlockHash, RouterEvent, SequenceHash, StoredBlock, Worker, WorkerId,
 };
 
-/// Small alphabets so that shared prefixes, conflicts and unknown names are common.
-const LOCALS: u8 = 5;
-const ENGINE_HASHES: u8 = 12;
-const MAX_OPS: usize = 200;
+/// Operations per input: enough for rich histories of four workers, few enough (each
+/// removal is a round trip to the lanes) for the fuzzer to run over a thousand inputs a second.
+const MAX_OPS: usize = 96;
+
+/// Lanes per input, by its first byte: mostly one or two (a 2-core machine runs them in
+/// parallel), sometimes three.
+const LANES: [usize; 4] = [1, 2, 1, 3];
+
+/// The hashes one input draws from: small alphabets of values from the whole `u64` range, so
+/// that shared prefixes and conflicts stay common while hashes take the values that broke the
+/// index before: 0 (a table's empty marker), 1, `u64::MAX` (0's stand-in in the run table), and
+/// sequence hashes of short chains (a root's content hash equal to another run's key), plus a
+/// value the input chooses.
+#[derive(Clone, Debug)]
+pub struct Dictionary {
+    /// Content hashes.
+    pub locals: Vec<u64>,
+    /// Engine hashes.
+    pub engine: Vec<u64>,
+}
+
+impl Dictionary {
+    /// The fixed values and `chosen` (any `u64`, from the input).
+    pub fn new(chosen: u64) -> Self {
+        let seq = |a: u64, b: u64| next_sequence_hash(Some(SequenceHash(a)), LocalBlockHash(b)).0;
+        let (max, k01, k10) = (u64::MAX, seq(0, 1), seq(1, 0));
+        let locals = vec![0, 1, max, k01, k10, seq(max, 0), seq(k01, 0), chosen];
+        let engine = vec![0, 1, 2, 3, 4, 5, max, max - 1, k01, k10, seq(max, 0), chosen];
+        Self { locals, engine }
+    }
+}
 
 /// One step of a history.
 #[derive(Clone, Debug)]
@@ -32,10 +60,19 @@ impl Bytes<'_> {
     }
 }
 
-/// The lane count and operations `data` encodes.
-pub fn decode(data: &[u8]) -> (usize, Vec<Op>) {
+/// The lane count, dictionary and operations `data` encodes.
+pub fn decode(data: &[u8]) -> (usize, Dictionary, Vec<Op>) {
     let mut bytes = Bytes(data);
-    let lanes = 1 + usize::from(bytes.next().unwrap_or(0) % 4);
+    let first = bytes.next().unwrap_or(0);
+    let lanes = LANES[usize::from(first % 4)];
+    // The chosen value: eight bytes if the first asks for them, else a small one.
+    let chosen = match first & 4 != 0 {
+        true => (0..8).fold(0u64, |value, _| value << 8 | u64::from(bytes.next().unwrap_or(0))),
+        false => u64::from(first >> 3),
+    };
+    let dictionary = Dictionary::new(chosen);
+    let (locals, engine) = (&dictionary.locals, &dictionary.engine);
+    let (local_count, engine_count) = (locals.len() as u8, engine.len() as u8);
     let mut ops = Vec::new();
     while ops.len() < MAX_OPS {
         let (Some(tag), Some(who)) = (bytes.next(), bytes.next()) else { break };
@@ -44,14 +81,14 @@ pub fn decode(data: &[u8]) -> (usize, Vec<Op>) {
             0..=3 => {
                 let parent = bytes.next().unwrap_or(0);
                 let parent = (parent % 2 == 1)
-                    .then_some(SequenceHash(u64::from(parent / 2 % ENGINE_HASHES)));
+                    .then(|| SequenceHash(engine[usize::from(parent / 2 % engine_count)]));
                 let len = bytes.next().unwrap_or(0) % 6;
                 let blocks = (0..len)
                     .map_while(|_| {
                         let b = bytes.next()?;
                         Some(StoredBlock::new(
-                            u64::from(b % LOCALS),
-                            u64::from(b / LOCALS % ENGINE_HASHES),
+                            locals[usize::from(b % local_count)],
+                            engine[usize::from(b / local_count % engine_count)],
                         ))
                     })
                     .collect();
@@ -60,7 +97,9 @@ pub fn decode(data: &[u8]) -> (usize, Vec<Op>) {
             4 | 5 => {
                 let len = 1 + bytes.next().unwrap_or(0) % 3;
                 let blocks = (0..len)
-                    .map_while(|_| Some(SequenceHash(u64::from(bytes.next()? % ENGINE_HASHES))))
+                    .map_while(|_| {
+                        Some(SequenceHash(engine[usize::from(bytes.next()? % engine_count)]))
+                    })
                     .collect();
                 Op::Event(RouterEvent::removed(worker, 0, blocks))
             }
@@ -70,7 +109,7 @@ pub fn decode(data: &[u8]) -> (usize, Vec<Op>) {
         };
         ops.push(op);
     }
-    (lanes, ops)
+    (lanes, dictionary, ops)
 }
 
 /// Every query over the content hashes `0..locals` of length 0..=`depth`.
@@ -94,10 +133,48 @@ pub fn queries(locals: u64, depth: usize) -> Vec<Vec<LocalBlockHash>> {
     all
 }
 
-/// Runs `data` through both indexes; describes the first disagreement.
+/// Every query of length 0..=`depth` over `locals`.
+pub fn queries_over(locals: &[u64], depth: usize) -> Vec<Vec<LocalBlockHash>> {
+    let picked = |query: Vec<LocalBlockHash>| {
+        query.into_iter().map(|index| LocalBlockHash(locals[index.0 as usize])).collect()
+    };
+    queries(locals.len() as u64, depth).into_iter().map(picked).collect()
+}
+
+/// The queries worth asking `reference` over `locals`, up to `depth` blocks: the empty one,
+/// then every one-block extension of the queries some worker holds whole (the reference's
+/// held paths). Any wrong answer of another index shows at one of them: its first wrong block
+/// extends a path the reference holds.
+pub fn held_paths(
+    reference: &ReferenceIndex,
+    locals: &[u64],
+    depth: usize,
+) -> Vec<Vec<LocalBlockHash>> {
+    let mut all = vec![Vec::new()];
+    let mut frontier = vec![Vec::new()];
+    for at in 0..depth {
+        let mut next = Vec::new();
+        for query in &frontier {
+            for &local in locals {
+                let mut longer: Vec<LocalBlockHash> = query.clone();
+                longer.push(LocalBlockHash(local));
+                let held = reference.find_matches(&longer).max_depth() as usize == at + 1;
+                if held && at + 1 < depth {
+                    next.push(longer.clone());
+                }
+                all.push(longer);
+            }
+        }
+        frontier = next;
+    }
+    all
+}
+
+/// Runs `data` through both indexes; describes the first disagreement. Queries follow the
+/// reference's held paths up to 6 blocks deep (see [`held_paths`]).
 pub fn check(data: &[u8]) -> Result<(), String> {
-    let (lanes, ops) = decode(data);
-    check_ops(lanes, &ops, u64::from(LOCALS), 3)
+    let (lanes, dictionary, ops) = decode(data);
+    check_ops_with(lanes, &ops, |reference| held_paths(reference, &dictionary.locals, 6))
 }
 
 /// Applies `ops` to an [`EventPool`] with `lanes` lanes and to the reference; after a flush,
@@ -109,6 +186,15 @@ pub fn check_ops(lanes: usize, ops: &[Op], locals: u64, depth: usize) -> Result<
 
 /// [`check_ops`] with the given queries.
 pub fn check_ops_on(lanes: usize, ops: &[Op], all: &[Vec<LocalBlockHash>]) -> Result<(), String> {
+    check_ops_with(lanes, ops, |_| all.to_vec())
+}
+
+/// [`check_ops`] with the queries `queries` picks once the reference has applied `ops`.
+pub fn check_ops_with(
+    lanes: usize,
+    ops: &[Op],
+    queries: impl FnOnce(&ReferenceIndex) -> Vec<Vec<LocalBlockHash>>,
+) -> Result<(), String> {
     let pool = EventPool::new(PoolConfig { lanes, ..PoolConfig::default() });
     let pool = pool.map_err(|e| e.to_string())?;
     let mut reference = ReferenceIndex::new();
@@ -150,7 +236,8 @@ pub fn check_ops_on(lanes: usize, ops: &[Op], all: &[Vec<LocalBlockHash>]) -> Re
     if pool.stats().live_entries != reference.entry_count() as u64 {
         return Err("live entry counts differ".into());
     }
-    for query in all {
+    let all = queries(&reference);
+    for query in &all {
         for (got, expected) in [
             (pool.find_matches(query), reference.find_matches(query)),
             (pool.find_matches_early_exit(query), reference.find_matches_early_exit(query)),

@@ -1,6 +1,5 @@
 //! [`EventPool`]: the concurrent index and the lanes that feed it.
 
-use std::collections::HashMap;
 use std::fmt;
 
 use crossbeam_utils::CachePadded;
@@ -8,12 +7,15 @@ use crossbeam_utils::CachePadded;
 use crate::event::{ApplyErrorKind, LocalBlockHash, RouterEvent, Worker, WorkerId};
 use crate::index::handback::Handback;
 use crate::index::lane::{IndexLane, LaneCounters, WorkerBudget};
+use crate::index::restarts::{LaneRestart, RestartLog};
+use crate::index::routes::Routes;
 use crate::index::run::walk;
-use crate::index::run_table::RunTable;
+use crate::index::run_table::{RunTable, RunTableWriter};
 use crate::index::spent::{HANDED_MAX, SpentList};
 use crate::index::{IndexSnapshot, OverlapScores, PoolConfigError};
+use crate::mix::Mixer;
 use crate::pool::{LaneDown, StickyPool, TrySend};
-use crate::sync::{Arc, AtomicUsize, Mutex, Ordering, RwLock, epoch};
+use crate::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering, epoch};
 
 /// How an [`EventPool`] is set up.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,11 +32,18 @@ pub struct PoolConfig {
     pub queue_capacity: usize,
     /// (worker, dp_rank) pairs the index holds at once. Default: 4,096.
     pub max_workers: usize,
+    /// Blocks one event may carry (a `Stored` or `Removed` event's list). Default: 16,384
+    /// (262,144 tokens at 16 tokens a block). Larger events are rejected before they are
+    /// queued ([`SubmitError::TooManyBlocks`], [`ApplyError::TooManyBlocks`]), so a lane's
+    /// queued events hold at most `2 × queue_capacity × max_event_blocks` block hashes.
+    ///
+    /// [`ApplyError::TooManyBlocks`]: crate::ApplyError::TooManyBlocks
+    pub max_event_blocks: usize,
 }
 
 impl Default for PoolConfig {
     fn default() -> Self {
-        Self { lanes: 2, queue_capacity: 8192, max_workers: 4096 }
+        Self { lanes: 2, queue_capacity: 8192, max_workers: 4096, max_event_blocks: 16_384 }
     }
 }
 
@@ -45,8 +54,12 @@ pub enum SubmitError {
     /// The worker's lane queue is full; the event comes back. Retry, or use
     /// [`EventPool::apply_blocking`] to wait for room.
     QueueFull(RouterEvent),
-    /// The lanes have stopped (one panicked); the event comes back.
+    /// The worker's lane has stopped (it panicked and could not start over); the event comes
+    /// back.
     LaneDown(RouterEvent),
+    /// The event carries more blocks than [`PoolConfig::max_event_blocks`]; it comes back (and
+    /// is counted in [`PoolStats::errors`]).
+    TooManyBlocks(RouterEvent),
 }
 
 impl fmt::Display for SubmitError {
@@ -54,6 +67,9 @@ impl fmt::Display for SubmitError {
         match self {
             Self::QueueFull(_) => f.write_str("the worker's lane queue is full"),
             Self::LaneDown(_) => f.write_str("the index lanes have stopped"),
+            Self::TooManyBlocks(event) => {
+                write!(f, "an event of {} blocks is more than the index takes", event.block_ops())
+            }
         }
     }
 }
@@ -78,6 +94,10 @@ pub struct PoolStats {
     pub runs: u64,
     /// Approximate heap bytes: the lanes' trees and run tables plus every worker's block map.
     pub bytes: u64,
+    /// Lanes that panicked applying an event and started over, clearing their workers.
+    pub lane_restarts: u64,
+    /// The latest of those restarts (up to 16), oldest first: which lane, when, whom it cleared.
+    pub recent_restarts: Vec<LaneRestart>,
 }
 
 impl PoolStats {
@@ -89,8 +109,10 @@ impl PoolStats {
 
 /// The concurrent prefix index: queries on the caller's thread, writes through sticky lanes.
 ///
-/// Every event of one (worker, dp_rank) goes to the same lane for the pool's lifetime, so it
-/// applies in order; different workers apply in parallel. Each lane keeps the tree of its own
+/// Every event of one (worker, dp_rank) goes to the same lane while the lane knows the worker
+/// or has events of it queued, so it applies in order; different workers apply in parallel.
+/// A worker the lanes forget (removed, never admitted) loses its route, and comes back on the
+/// least loaded lane. Each lane keeps the tree of its own
 /// workers' blocks, so lanes never write the same memory. [`EventPool::find_matches`] never
 /// waits for a lane: it walks each lane's tree without locks and merges the answers.
 ///
@@ -98,6 +120,10 @@ impl PoolStats {
 /// `apply_blocking` or `flush`, or a producer waiting for room), not on the lane: the producer
 /// allocated it, and with glibc's allocator a free on another thread waits for the producer's
 /// arena lock. Up to a few thousand lists per lane wait for that; the pool's drop frees the rest.
+///
+/// A lane that panics applying an event (a bug) starts over empty: its workers drop out of
+/// answers at once, as if cleared, and [`PoolStats::recent_restarts`] names them; every other
+/// lane, and every call, goes on (see [`LaneRestart`]).
 ///
 /// ```
 /// use kvroute::index::{EventPool, PoolConfig};
@@ -118,11 +144,13 @@ pub struct EventPool {
     counters: Vec<Arc<CachePadded<LaneCounters>>>,
     /// Block lists of the events each lane has applied, for the producers to free.
     spent: Vec<Arc<Handback<SpentList>>>,
-    routes: RwLock<HashMap<Worker, usize, ahash::RandomState>>,
-    /// Workers routed to each lane, to place new workers on the least busy one.
-    lane_load: Mutex<Vec<usize>>,
+    routes: Arc<Routes>,
+    /// [`PoolConfig::max_event_blocks`], and the events rejected for it.
+    max_event_blocks: usize,
+    oversized: AtomicU64,
     /// The (worker, dp_rank) pairs the lanes know, which sizes a query's answer.
     budget: Arc<WorkerBudget>,
+    restarts: Arc<Mutex<RestartLog>>,
 }
 
 impl EventPool {
@@ -132,36 +160,46 @@ impl EventPool {
         config.validate()?;
         let lanes = config.lanes;
         let budget = Arc::new(WorkerBudget { known: AtomicUsize::new(0), max: config.max_workers });
-        let tables: Vec<_> = (0..lanes).map(|_| Arc::new(RunTable::default())).collect();
+        let mixer = Mixer::random();
+        let mut writers: Vec<_> = (0..lanes).map(|_| Some(RunTableWriter::new(mixer))).collect();
+        let tables: Vec<_> = writers.iter().flatten().map(|w| w.table().clone()).collect();
         let counters: Vec<_> =
             (0..lanes).map(|_| Arc::new(CachePadded::new(LaneCounters::default()))).collect();
         let spent: Vec<_> = (0..lanes).map(|_| Arc::new(Handback::new(HANDED_MAX))).collect();
+        let restarts = Arc::new(Mutex::new(RestartLog::default()));
+        let routes = Arc::new(Routes::new(lanes));
         let pool = StickyPool::new(lanes, config.queue_capacity, |lane| {
-            let (table, counters) = (tables[lane].clone(), counters[lane].clone());
-            IndexLane::new(table, budget.clone(), counters, spent[lane].clone())
+            let table = writers[lane].take().expect("one lane per writer");
+            let counters = counters[lane].clone();
+            let log = (lane, restarts.clone(), routes.clone());
+            IndexLane::new(log, mixer, table, budget.clone(), counters, spent[lane].clone())
         })?;
         Ok(Self {
             tables,
             lanes: pool,
             counters,
             spent,
-            routes: RwLock::new(HashMap::default()),
-            lane_load: Mutex::new(vec![0; lanes]),
+            routes,
+            max_event_blocks: config.max_event_blocks,
+            oversized: AtomicU64::new(0),
             budget,
+            restarts,
         })
     }
 
+    /// The lane of `worker` (placed now if new), for tests.
+    #[cfg(test)]
     fn lane_of(&self, worker: Worker) -> usize {
-        if let Some(&lane) = self.routes.read().get(&worker) {
-            return lane;
+        self.routes.with_lane(worker, |lane| lane)
+    }
+
+    /// Whether `event` carries more blocks than one event may; if so, it is counted.
+    fn oversized(&self, event: &RouterEvent) -> bool {
+        let over = event.block_ops() > self.max_event_blocks;
+        if over {
+            self.oversized.fetch_add(1, Ordering::Relaxed);
         }
-        let mut routes = self.routes.write();
-        *routes.entry(worker).or_insert_with(|| {
-            let mut load = self.lane_load.lock();
-            let lane = (0..load.len()).min_by_key(|&lane| load[lane]).unwrap_or(0);
-            load[lane] += 1;
-            lane
-        })
+        over
     }
 
     /// Enqueues `event` on its worker's lane without waiting. A full queue returns the event in
@@ -169,7 +207,11 @@ impl EventPool {
     /// rejected events are counted in [`PoolStats::errors`].
     pub fn apply(&self, event: RouterEvent) -> Result<(), SubmitError> {
         self.free_spent();
-        match self.lanes.try_send(self.lane_of(event.worker()), event) {
+        if self.oversized(&event) {
+            return Err(SubmitError::TooManyBlocks(event));
+        }
+        let sent = self.routes.with_lane(event.worker(), |lane| self.lanes.try_send(lane, event));
+        match sent {
             Ok(()) => Ok(()),
             Err(TrySend::Full(event)) => Err(SubmitError::QueueFull(event)),
             Err(TrySend::Down(event)) => Err(SubmitError::LaneDown(event)),
@@ -179,10 +221,16 @@ impl EventPool {
     /// Enqueues `event`. If its lane's queue is full, waits until the lane takes its next batch
     /// (or has worked the queue down to half), so a producer that outruns the lanes wakes once
     /// per batch rather than once per event (each wakeup would cost the lane a system call and
-    /// the cores a context switch).
+    /// the cores a context switch). An event over [`PoolConfig::max_event_blocks`] is not
+    /// queued; like other invalid events, it is counted in [`PoolStats::errors`].
     pub fn apply_blocking(&self, event: RouterEvent) -> Result<(), LaneDown> {
         self.free_spent();
-        self.lanes.send_with(self.lane_of(event.worker()), event, || self.free_spent())
+        if self.oversized(&event) {
+            return Ok(());
+        }
+        self.routes.with_lane(event.worker(), |lane| {
+            self.lanes.send_with(lane, event, || self.free_spent())
+        })
     }
 
     /// Returns once every event enqueued before the call is visible to queries.
@@ -242,7 +290,8 @@ impl EventPool {
     /// Forgets one (worker, dp_rank) after the events already enqueued for it. Returns whether
     /// it was known.
     pub fn remove_worker_dp_rank(&self, worker: Worker) -> Result<bool, LaneDown> {
-        let lane = self.lane_of(worker);
+        // No route: unknown to every lane, with no event on its way.
+        let Some(lane) = self.routes.lane(worker) else { return Ok(false) };
         let removed = self.lanes.run_on_lane(lane, move |l| l.remove_workers(|w| w == worker))?;
         Ok(!removed.is_empty())
     }
@@ -291,6 +340,11 @@ impl EventPool {
             stats.runs += counters.runs.load(Ordering::Relaxed);
             stats.bytes += counters.bytes.load(Ordering::Relaxed);
         }
+        stats.errors[ApplyErrorKind::TooManyBlocks.index()] +=
+            self.oversized.load(Ordering::Relaxed);
+        let restarts = self.restarts.lock();
+        stats.lane_restarts = restarts.total;
+        stats.recent_restarts = restarts.recent.iter().cloned().collect();
         stats
     }
 
@@ -303,5 +357,136 @@ impl EventPool {
 impl fmt::Debug for EventPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EventPool").field("lanes", &self.lanes()).finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::event::{SequenceHash, StoredBlock};
+    use crate::index::lane::INJECTED_PANIC;
+
+    fn chain(depth: u64) -> Vec<LocalBlockHash> {
+        (1..=depth).map(LocalBlockHash).collect()
+    }
+
+    fn store(worker: Worker, id: u64, depth: u64) -> RouterEvent {
+        let blocks = (1..=depth).map(|i| StoredBlock::new(i, worker.id.0 * 100 + i)).collect();
+        RouterEvent::stored(worker, id, None, blocks)
+    }
+
+    /// #18 item 2: a panic while applying one event costs only the state of that lane's
+    /// workers: they drop out of answers, are reported, and the lane (and every call) goes on.
+    #[test]
+    fn a_lane_panic_clears_its_workers_and_the_lane_goes_on() {
+        let pool = EventPool::new(PoolConfig { lanes: 2, ..PoolConfig::default() }).unwrap();
+        // New workers go to the least loaded lane: a and c share one, b has the other.
+        let (a, b, c) = (Worker::new(1, 0), Worker::new(2, 0), Worker::new(3, 0));
+        for (worker, depth) in [(a, 2), (b, 3), (c, 1)] {
+            pool.apply(store(worker, 0, depth)).unwrap();
+        }
+        pool.flush().unwrap();
+        let lane = pool.lane_of(a);
+        assert_eq!(pool.lane_of(c), lane);
+        assert_ne!(pool.lane_of(b), lane);
+        let before = std::time::SystemTime::now();
+        // Applied (a's new root is stored), then the lane panics.
+        let root = vec![StoredBlock::new(50, 5000)];
+        pool.apply(RouterEvent::stored(a, INJECTED_PANIC, None, root)).unwrap();
+        pool.flush().unwrap();
+        let scores = pool.find_matches(&chain(3));
+        assert_eq!((scores.get(a), scores.get(b), scores.get(c)), (0, 3, 0));
+        assert!(pool.find_matches(&[LocalBlockHash(50)]).is_empty());
+        assert_eq!(pool.workers().unwrap(), vec![b]);
+        assert_eq!(pool.snapshot().unwrap().keys().copied().collect::<Vec<_>>(), vec![b]);
+        assert!(pool.dump_events().unwrap().iter().all(|event| event.worker() == b));
+        let stats = pool.stats();
+        assert_eq!(stats.lane_restarts, 1);
+        let restart = &stats.recent_restarts[0];
+        assert_eq!(restart.lane, lane);
+        assert_eq!(restart.cleared, vec![a, c]);
+        assert!(restart.at >= before && restart.at <= std::time::SystemTime::now());
+        assert_eq!(stats.live_entries, 3);
+        // The lane takes events again, for old and new workers alike.
+        pool.apply(store(a, 1, 1)).unwrap();
+        pool.apply(RouterEvent::removed(b, 1, vec![SequenceHash(203)])).unwrap();
+        pool.flush().unwrap();
+        let scores = pool.find_matches(&chain(3));
+        assert_eq!((scores.get(a), scores.get(b)), (1, 2));
+        assert_eq!(pool.remove_worker(a.id), Ok(1));
+        assert_eq!(pool.workers().unwrap(), vec![b]);
+    }
+
+    /// Polls `ready` for up to five seconds (routes are dropped once a lane is idle).
+    fn eventually(mut ready: impl FnMut() -> bool) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            if ready() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        false
+    }
+
+    /// #18 item 3: events for workers the index never admits (unknown-worker removals,
+    /// rejected first stores, removals of unknown workers) leave no route behind.
+    #[test]
+    fn workers_never_admitted_leave_no_route() {
+        let pool = EventPool::new(PoolConfig { lanes: 2, ..PoolConfig::default() }).unwrap();
+        for id in 0..300 {
+            let unknown = RouterEvent::removed(Worker::new(id, 0), 0, vec![SequenceHash(1)]);
+            pool.apply(unknown).unwrap();
+            let conflict = vec![StoredBlock::new(1, 7), StoredBlock::new(2, 7)];
+            pool.apply(RouterEvent::stored(Worker::new(1000 + id, 0), 0, None, conflict)).unwrap();
+            assert_eq!(pool.remove_worker_dp_rank(Worker::new(5000 + id, 0)), Ok(false));
+        }
+        pool.flush().unwrap();
+        let routes = || pool.routes.counts();
+        assert!(eventually(|| routes().0 == 0), "routes for no live worker: {:?}", routes());
+        assert_eq!(routes(), (0, vec![0, 0]));
+    }
+
+    /// #18 item 3: removing workers gives their lane's room back, and new workers go there.
+    #[test]
+    fn removed_workers_free_their_lane_for_new_ones() {
+        let pool = EventPool::new(PoolConfig { lanes: 2, ..PoolConfig::default() }).unwrap();
+        let workers: Vec<Worker> = (1..=4).map(|id| Worker::new(id, 0)).collect();
+        for &worker in &workers {
+            pool.apply(store(worker, 0, 2)).unwrap();
+        }
+        pool.flush().unwrap();
+        let first: Vec<Worker> =
+            workers.iter().copied().filter(|&w| pool.lane_of(w) == 0).collect();
+        assert_eq!(first.len(), 2);
+        for &worker in &first {
+            assert_eq!(pool.remove_worker_dp_rank(worker), Ok(true));
+        }
+        let load = || pool.routes.counts().1;
+        assert!(eventually(|| load() == vec![0, 2]), "lane load {:?}", load());
+        for id in [10, 11] {
+            pool.apply(store(Worker::new(id, 0), 0, 1)).unwrap();
+            assert_eq!(pool.lane_of(Worker::new(id, 0)), 0);
+        }
+        assert_eq!(pool.routes.counts(), (4, vec![2, 2]));
+    }
+
+    /// #18 item 3: an event over the block cap is never queued: a typed error from `apply`,
+    /// counted from either path, and the index unchanged by it.
+    #[test]
+    fn events_over_the_block_cap_are_rejected() {
+        let pool =
+            EventPool::new(PoolConfig { max_event_blocks: 4, ..PoolConfig::default() }).unwrap();
+        let worker = Worker::new(1, 0);
+        let big = store(worker, 0, 5);
+        assert_eq!(pool.apply(big.clone()), Err(SubmitError::TooManyBlocks(big.clone())));
+        assert_eq!(pool.apply_blocking(big), Ok(()));
+        pool.apply(store(worker, 1, 4)).unwrap();
+        let removal = (1..=5).map(|i| SequenceHash(100 + i)).collect();
+        let removal = RouterEvent::removed(worker, 2, removal);
+        assert!(matches!(pool.apply(removal), Err(SubmitError::TooManyBlocks(_))));
+        pool.flush().unwrap();
+        assert_eq!(pool.stats().errors_of(ApplyErrorKind::TooManyBlocks), 3);
+        assert_eq!(pool.find_matches(&chain(5)).get(worker), 4);
     }
 }

@@ -1,12 +1,16 @@
 //! [`IndexLane`]: applies the events of the workers assigned to one lane.
 //!
 //! The lane owns its workers' engine-hash maps ([`HeldBlocks`]) and its [`LaneTrie`] outright
-//! (no lock); queries read the lane's runs through its [`RunTable`]. Each event is
-//! all-or-nothing for `Stored` (the whole chain is validated before anything changes) and
-//! best-effort for `Removed` (unknown blocks are skipped and reported), exactly like the
-//! reference index.
+//! (no lock); queries read the lane's runs through its
+//! [`RunTable`](crate::index::run_table::RunTable). Each event is all-or-nothing for `Stored`
+//! (the whole chain is validated before anything changes) and best-effort for `Removed`
+//! (unknown blocks are skipped and reported), exactly like the reference index.
+//!
+//! A panic while the lane applies an event (a bug) costs only its own workers: the lane clears
+//! them and starts over empty ([`crate::index::LaneRestart`]). Workers the lane stops knowing
+//! lose their routes once its queue is empty ([`Routes`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crossbeam_utils::CachePadded;
 
@@ -15,17 +19,24 @@ use crate::event::{StoredBlock, Worker, WorkerId};
 use crate::index::handback::Handback;
 use crate::index::held_blocks::HeldBlocks;
 use crate::index::lane_trie::{LaneTrie, NodeId, shed};
-use crate::index::run_table::RunTable;
+use crate::index::restarts::{LaneRestart, RestartLog};
+use crate::index::routes::Routes;
+use crate::index::run_table::RunTableWriter;
 use crate::index::spent::{SPENT_BATCH, SpentList};
 use crate::index::worker_dump::dump_worker;
+use crate::mix::Mixer;
 use crate::pool::Lane;
 use crate::sync::epoch::{self, Guard};
-use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering};
 
 /// How many blocks ahead of the one being applied the worker map's buckets are prefetched: the
 /// lookups of an event are independent, and asking for their lines early overlaps the misses a
 /// little more than the processor does on its own (about 5% at `--dup 4` on the ingest tool).
 const PREFETCH_AHEAD: usize = 8;
+
+/// Tests make a lane panic with an event of this id (a stand-in for a bug in the lane).
+#[cfg(test)]
+pub(crate) const INJECTED_PANIC: u64 = 0x5EED_DEAD_0000_0001;
 
 /// Counters one lane publishes (only that lane writes them).
 #[derive(Default)]
@@ -54,8 +65,17 @@ pub(crate) struct WorkerBudget {
 
 /// One lane's state; see the [module docs](self).
 pub(crate) struct IndexLane {
+    /// This lane's index in the pool, where it records restarts, and the pool's routes.
+    lane: usize,
+    restarts: Arc<Mutex<RestartLog>>,
+    routes: Arc<Routes>,
+    /// Workers this lane had events for but does not know (any more): their routes go once the
+    /// lane is quiet (see [`Routes::try_drop`]).
+    gone: HashSet<Worker, ahash::RandomState>,
     trie: LaneTrie,
     workers: HashMap<Worker, HeldBlocks, ahash::RandomState>,
+    /// The pool's secret mixer, for the workers' maps.
+    mixer: Mixer,
     budget: Arc<WorkerBudget>,
     counters: Arc<CachePadded<LaneCounters>>,
     /// Block lists of applied events not yet handed back (see [`SpentList`]), where they go,
@@ -82,6 +102,15 @@ impl Lane for IndexLane {
         let ops = event.block_ops() as u64;
         if let Err(error) = self.apply(&event) {
             LaneCounters::bump(&self.counters.errors[error.kind().index()], 1);
+            if !self.workers.contains_key(&event.worker()) {
+                // Never admitted, or unknown: its route is not needed.
+                self.gone.insert(event.worker());
+            }
+        }
+        #[cfg(test)]
+        if event.event.event_id == INJECTED_PANIC {
+            // After the event changed the lane's state: recovery must undo it.
+            panic!("a panic injected by a test, after applying {event:?}");
         }
         self.trim();
         LaneCounters::bump(&self.counters.events, 1);
@@ -99,6 +128,39 @@ impl Lane for IndexLane {
         true
     }
 
+    /// Clears the lane's workers and starts over with an empty tree (see
+    /// [`crate::index::LaneRestart`]); nothing of the state a panic left behind is trusted but
+    /// the list of workers (a map stays valid through a panic) and the table's slots.
+    fn recover(&mut self) -> bool {
+        let mut cleared: Vec<Worker> = self.workers.keys().copied().collect();
+        cleared.sort_unstable();
+        self.trie.reset();
+        self.workers = HashMap::default();
+        self.budget.known.fetch_sub(cleared.len(), Ordering::Relaxed);
+        for buffer in [&mut self.path, &mut self.reserved, &mut self.nodes] {
+            *buffer = Vec::new();
+        }
+        (self.fresh, self.appended, self.last_existing) = (Vec::new(), Vec::new(), None);
+        self.publish_sizes();
+        self.gone.extend(&cleared);
+        let restart = LaneRestart { lane: self.lane, at: std::time::SystemTime::now(), cleared };
+        self.restarts.lock().record(restart);
+        true
+    }
+
+    /// Drops the routes of the workers gone from this lane, now that no event for them can be
+    /// queued.
+    fn quiet(&mut self, queued: &dyn Fn() -> usize) {
+        if self.gone.is_empty() {
+            return;
+        }
+        let workers = &self.workers;
+        let gone = self.gone.iter().copied().filter(|worker| !workers.contains_key(worker));
+        if self.routes.try_drop(self.lane, gone, queued) {
+            self.gone.clear();
+        }
+    }
+
     fn idle(&mut self) {
         self.hand_over_spent();
         self.publish_sizes();
@@ -110,14 +172,21 @@ impl Lane for IndexLane {
 
 impl IndexLane {
     pub(crate) fn new(
-        table: Arc<RunTable>,
+        (lane, restarts, routes): (usize, Arc<Mutex<RestartLog>>, Arc<Routes>),
+        mixer: Mixer,
+        table: RunTableWriter,
         budget: Arc<WorkerBudget>,
         counters: Arc<CachePadded<LaneCounters>>,
         spent_out: Arc<Handback<SpentList>>,
     ) -> Self {
         Self {
+            lane,
+            restarts,
+            routes,
+            gone: HashSet::default(),
             trie: LaneTrie::new(table),
             workers: HashMap::default(),
+            mixer,
             budget,
             counters,
             spent: Vec::new(),
@@ -146,7 +215,7 @@ impl IndexLane {
             KvEventData::Removed { blocks } => self.remove(worker, blocks, &guard),
             KvEventData::Cleared => match self.workers.get_mut(&worker) {
                 Some(held) => {
-                    let held = std::mem::take(held);
+                    let held = std::mem::replace(held, HeldBlocks::new(self.mixer));
                     self.release_all(worker, &held, &guard);
                     Ok(())
                 }
@@ -204,7 +273,8 @@ impl IndexLane {
         blocks: &[StoredBlock],
         guard: &Guard,
     ) -> Result<(), SequenceHash> {
-        let held = self.workers.entry(worker).or_default();
+        let mixer = self.mixer;
+        let held = self.workers.entry(worker).or_insert_with(|| HeldBlocks::new(mixer));
         self.path.clear();
         self.fresh.clear();
         self.appended.clear();
@@ -338,6 +408,7 @@ impl IndexLane {
             self.trie.end_event(&guard);
             self.budget.known.fetch_sub(1, Ordering::Relaxed);
         }
+        self.gone.extend(&doomed);
         self.trim();
         self.publish_sizes();
         doomed

@@ -10,13 +10,17 @@
 //! Publication order keeps concurrent readers on states that existed: a split inserts the new
 //! tail run into the table before it shortens the head, and every change replaces a run's whole
 //! [`RunState`].
+//!
+//! Runs are looked up by identity, not by key (see [`crate::index::run`]): each block that is a
+//! run's last carries a tail id drawn from a counter that never repeats, and a child run
+//! records its parent's.
 
 use crate::event::{LocalBlockHash, SequenceHash, Worker};
 use crate::hash::next_sequence_hash;
 use crate::index::holder_sets::HolderSets;
 use crate::index::locals::Locals;
-use crate::index::run::{Run, RunId, RunState};
-use crate::index::run_table::RunTable;
+use crate::index::run::{ROOT_TAIL, Run, RunId, RunState};
+use crate::index::run_table::RunTableWriter;
 use crate::sync::epoch::{Guard, Published, Reclaimer};
 use crate::sync::{Arc, AtomicU32, Ordering};
 
@@ -58,7 +62,7 @@ struct RunMeta {
 
 /// See the [module docs](self).
 pub(crate) struct LaneTrie {
-    table: Arc<RunTable>,
+    table: RunTableWriter,
     runs: Vec<Option<RunMeta>>,
     free_runs: Vec<RunId>,
     nodes: Vec<NodePos>,
@@ -74,10 +78,12 @@ pub(crate) struct LaneTrie {
     holder_sets: HolderSets,
     /// What this lane unlinked and readers may still hold.
     retired: Reclaimer,
+    /// The next tail id to give out (never reused; [`ROOT_TAIL`] is below the first).
+    next_tail: u64,
 }
 
 impl LaneTrie {
-    pub(crate) fn new(table: Arc<RunTable>) -> Self {
+    pub(crate) fn new(table: RunTableWriter) -> Self {
         Self {
             table,
             runs: Vec::new(),
@@ -90,7 +96,14 @@ impl LaneTrie {
             joined: Vec::new(),
             holder_sets: HolderSets::default(),
             retired: Reclaimer::default(),
+            next_tail: ROOT_TAIL + 1,
         }
+    }
+
+    /// A tail id no run has had.
+    fn fresh_tail(&mut self) -> u64 {
+        self.next_tail += 1;
+        self.next_tail - 1
     }
 
     /// Closes the event's batch of retired values (freed once readers pinned now are gone), and
@@ -98,6 +111,25 @@ impl LaneTrie {
     pub(crate) fn end_event(&mut self, guard: &Guard) {
         self.retired.seal(guard);
         self.retired.reclaim();
+    }
+
+    /// Starts over with no runs, after a panic left this tree in an unknown state: unlinks
+    /// every run from the table, whatever the tree says, and drops the tree. Tail ids go on
+    /// from where they were, so a reader still on an old run never takes a new run for its
+    /// child; the retired values stay with the reclaimer, freed as readers allow.
+    pub(crate) fn reset(&mut self) {
+        let guard = crate::sync::epoch::pin();
+        self.table.clear(&guard, &mut self.retired);
+        self.end_event(&guard);
+        self.runs = Vec::new();
+        self.free_runs = Vec::new();
+        self.nodes = Vec::new();
+        self.free_nodes = Vec::new();
+        self.holder_sets = HolderSets::default();
+        for buffer in [&mut self.chain_seqs, &mut self.joined] {
+            *buffer = Vec::new();
+        }
+        (self.spots, self.holders) = (Vec::new(), Vec::new());
     }
 
     /// Gives back the reused buffers an unusually large event grew.
@@ -187,8 +219,8 @@ impl LaneTrie {
 
     /// The child of `at` (the root if `None`) with content `local`, if it exists.
     pub(crate) fn next(&self, at: Option<NodeId>, local: u64, guard: &Guard) -> Option<NodeId> {
-        let parent_seq = match at {
-            None => None,
+        let (parent_seq, parent_tail) = match at {
+            None => (None, ROOT_TAIL),
             Some(node) => {
                 let pos = self.nodes[node as usize];
                 let state = self.state(pos.run, guard);
@@ -197,13 +229,12 @@ impl LaneTrie {
                     let ids = &self.meta(pos.run).ids;
                     return (state.locals[offset] == local).then(|| ids[offset]);
                 }
-                Some(SequenceHash(state.tail_seq))
+                (Some(SequenceHash(state.tail_seq)), state.tail_id)
             }
         };
         let key = next_sequence_hash(parent_seq, LocalBlockHash(local)).0;
-        let run = self.table.get(key, guard)?;
-        let id = run.id.load(Ordering::Relaxed);
-        (self.state(id, guard).locals[0] == local).then(|| self.meta(id).ids[0])
+        let run = self.table.get(key, guard, |run| run.is_child(parent_tail, local))?;
+        Some(self.meta(run.id.load(Ordering::Relaxed)).ids[0])
     }
 
     /// Makes `worker` a holder of `path`: consecutive nodes of one branch (skipping ones it
@@ -276,6 +307,8 @@ impl LaneTrie {
             }
             let tail_seq = *seqs.last().expect("non-empty");
             let members = state.members.clone();
+            // A new last block: children of the old one (none yet) must not find it.
+            let tail_id = self.fresh_tail();
             let meta = self.meta_mut(parent);
             meta.ids.extend_from_slice(ids);
             let kept = seqs
@@ -285,15 +318,21 @@ impl LaneTrie {
             meta.seqs.extend(kept.map(|(_, &seq)| seq));
             let locals = Locals::new(&joined);
             self.joined = joined;
-            self.publish(parent, RunState { locals, tail_seq, members });
+            self.publish(parent, RunState { locals, tail_seq, tail_id, members });
         } else {
             let state = RunState {
                 locals: Locals::new(locals),
                 tail_seq: *seqs.last().expect("non-empty"),
+                tail_id: self.fresh_tail(),
                 members: self.holder_sets.of(&[worker]),
             };
+            let parent_tail = match parent {
+                ROOT => ROOT_TAIL,
+                parent => self.state(parent, guard).tail_id,
+            };
             let checkpoints = seqs.iter().step_by(SEQ_STRIDE).copied().collect();
-            self.add_run(parent, state, ids.to_vec(), checkpoints, Vec::new(), guard);
+            let ids = ids.to_vec();
+            self.add_run(parent, parent_tail, state, ids, checkpoints, Vec::new(), guard);
         }
         self.chain_seqs = seqs;
     }
@@ -416,16 +455,21 @@ impl LaneTrie {
         shrink(&mut meta.ids);
         shrink(&mut meta.seqs);
         let children = std::mem::take(&mut meta.children);
+        // The tail keeps the last block's tail id (the children stay below it); the head's
+        // new last block gets a fresh one, which the tail hangs from.
         let tail = RunState {
             locals: state.locals.part(at..state.locals.len()),
             tail_seq: state.tail_seq,
+            tail_id: state.tail_id,
             members: state.members.clone(),
         };
+        let head_tail = self.fresh_tail();
         // The tail is findable before the head stops covering it.
-        let new = self.add_run(run, tail, ids, seqs, children, guard);
+        let new = self.add_run(run, head_tail, tail, ids, seqs, children, guard);
         let head = RunState {
             locals: state.locals.part(0..at),
             tail_seq: head_tail_seq,
+            tail_id: head_tail,
             members: state.members.clone(),
         };
         self.publish(run, head);
@@ -442,8 +486,13 @@ impl LaneTrie {
         meta.seqs.truncate(at.div_ceil(SEQ_STRIDE));
         shrink(&mut meta.ids);
         shrink(&mut meta.seqs);
-        let head =
-            RunState { locals: state.locals.part(0..at), tail_seq, members: state.members.clone() };
+        let head = RunState {
+            locals: state.locals.part(0..at),
+            tail_seq,
+            // A new last block (see `append`).
+            tail_id: self.fresh_tail(),
+            members: state.members.clone(),
+        };
         self.publish(run, head);
         self.free_nodes.extend(dropped);
     }
@@ -456,7 +505,8 @@ impl LaneTrie {
 
     fn set_members(&mut self, run: RunId, members: Arc<[Worker]>, guard: &Guard) {
         let state = self.state(run, guard);
-        let next = RunState { locals: state.locals.clone(), tail_seq: state.tail_seq, members };
+        let (locals, tail_seq, tail_id) = (state.locals.clone(), state.tail_seq, state.tail_id);
+        let next = RunState { locals, tail_seq, tail_id, members };
         self.publish(run, next);
     }
 
@@ -491,10 +541,13 @@ impl LaneTrie {
         }
     }
 
-    /// Registers and publishes a run below `parent`.
+    /// Registers and publishes a run below `parent`, whose last block has the tail id
+    /// `parent_tail` (then, or once the caller publishes it).
+    #[allow(clippy::too_many_arguments)] // the parts of one run, each built by the caller
     fn add_run(
         &mut self,
         parent: RunId,
+        parent_tail: u64,
         state: RunState,
         ids: Vec<NodeId>,
         seqs: Vec<u64>,
@@ -515,7 +568,8 @@ impl LaneTrie {
         for &child in &children {
             self.meta_mut(child).parent = id;
         }
-        let run = Arc::new(Run { id: AtomicU32::new(id), state: Published::new(state) });
+        let (first, state) = (state.locals[0], Published::new(state));
+        let run = Arc::new(Run { id: AtomicU32::new(id), parent_tail, first, state });
         self.table.insert(seqs[0], run.clone(), guard, &mut self.retired);
         self.runs[id as usize] = Some(RunMeta { run, parent, children, ids, seqs });
         if parent != ROOT {
@@ -529,7 +583,7 @@ impl LaneTrie {
         loop {
             let meta = self.runs[run as usize].take().expect("live run");
             self.free_runs.push(run);
-            self.table.remove(meta.seqs[0], guard, &mut self.retired);
+            self.table.remove(meta.seqs[0], &meta.run, guard, &mut self.retired);
             self.free_nodes.extend_from_slice(&meta.ids);
             let parent = meta.parent;
             if parent == ROOT {
@@ -610,7 +664,7 @@ impl LaneTrie {
             + self.runs.capacity() * size_of::<Option<RunMeta>>()
             + (self.free_runs.capacity() + self.free_nodes.capacity()) * 4
             + self.nodes.capacity() * size_of::<NodePos>()
-            + self.table.bytes(guard)
+            + self.table.table().bytes(guard)
     }
 }
 

@@ -5,7 +5,8 @@ use crate::event::{LocalBlockHash, Worker};
 use crate::index::lane_trie::LaneTrie;
 use crate::index::locals::Locals;
 use crate::index::run::{Run, RunState, walk};
-use crate::index::run_table::RunTable;
+use crate::index::run_table::{RunTable, RunTableWriter};
+use crate::mix::Mixer;
 use crate::sync::epoch::{Published, Reclaimer, pin};
 use crate::sync::{Arc, AtomicU32, shared_slice};
 
@@ -21,8 +22,9 @@ pub struct LoomReader(Arc<RunTable>);
 
 impl Default for LoomLane {
     fn default() -> Self {
-        let table = Arc::new(RunTable::default());
-        Self { trie: LaneTrie::new(table.clone()), table }
+        let writer = RunTableWriter::new(Mixer::random());
+        let table = writer.table().clone();
+        Self { trie: LaneTrie::new(writer), table }
     }
 }
 
@@ -63,26 +65,76 @@ impl LoomReader {
 
 /// A lane's run table alone, with chosen keys (so probe sequences can be made to collide).
 /// Clones share the table; only one of them may write.
-#[derive(Clone, Default)]
-pub struct LoomTable(Arc<RunTable>, std::sync::Arc<std::sync::Mutex<Reclaimer>>);
+#[derive(Clone)]
+pub struct LoomTable {
+    table: Arc<RunTable>,
+    writer: std::sync::Arc<std::sync::Mutex<(RunTableWriter, Reclaimer)>>,
+    /// The runs published, by key, to unlink them by identity.
+    runs: std::sync::Arc<std::sync::Mutex<Vec<(u64, Arc<Run>)>>>,
+}
+
+impl Default for LoomTable {
+    fn default() -> Self {
+        let writer = RunTableWriter::new(Mixer::random());
+        Self {
+            table: writer.table().clone(),
+            writer: std::sync::Arc::new(std::sync::Mutex::new((writer, Reclaimer::default()))),
+            runs: Default::default(),
+        }
+    }
+}
 
 impl LoomTable {
-    /// Publishes a run with content `locals` under `key` (which must not be live).
+    /// The smallest key other than `key` whose probe sequence starts at `key`'s in a new table.
+    pub fn same_home(key: u64) -> u64 {
+        let home = |key: u64| Mixer::random().mix(crate::index::run_table::stored_key(key)) & 15;
+        (1..).find(|&other| other != key && home(other) == home(key)).expect("some key")
+    }
+
+    /// Publishes a run with content `locals` under `key`.
     pub fn insert(&self, key: u64, locals: &[u64]) {
-        let state =
-            RunState { locals: Locals::new(locals), tail_seq: 0, members: shared_slice(&[]) };
-        let run = Run { id: AtomicU32::new(0), state: Published::new(state) };
-        self.0.insert(key, Arc::new(run), &pin(), &mut self.1.lock().expect("not poisoned"));
+        let state = RunState {
+            locals: Locals::new(locals),
+            tail_seq: 0,
+            tail_id: 0,
+            members: shared_slice(&[]),
+        };
+        let state = Published::new(state);
+        let run = Arc::new(Run { id: AtomicU32::new(0), parent_tail: 0, first: locals[0], state });
+        self.runs.lock().expect("not poisoned").push((key, run.clone()));
+        let (writer, retired) = &mut *self.writer.lock().expect("not poisoned");
+        writer.insert(key, run, &pin(), retired);
     }
 
-    /// Unlinks the run under `key`.
+    /// Unlinks the run last published under `key`.
     pub fn remove(&self, key: u64) {
-        self.0.remove(key, &pin(), &mut self.1.lock().expect("not poisoned"));
+        let mut runs = self.runs.lock().expect("not poisoned");
+        let at = runs.iter().rposition(|(k, _)| *k == key).expect("a published key");
+        let (_, run) = runs.remove(at);
+        let (writer, retired) = &mut *self.writer.lock().expect("not poisoned");
+        writer.remove(key, &run, &pin(), retired);
     }
 
-    /// The content of the run under `key`, if any.
+    /// Unlinks the run under `key` whose content starts with `first`.
+    pub fn remove_starting(&self, key: u64, first: u64) {
+        let mut runs = self.runs.lock().expect("not poisoned");
+        let at = runs.iter().position(|(k, run)| *k == key && run.first == first);
+        let (_, run) = runs.remove(at.expect("a published run"));
+        let (writer, retired) = &mut *self.writer.lock().expect("not poisoned");
+        writer.remove(key, &run, &pin(), retired);
+    }
+
+    /// The content of the run under `key` that starts with `first`, if any.
+    pub fn get_starting(&self, key: u64, first: u64) -> Option<Vec<u64>> {
+        let guard = pin();
+        let run = self.table.get(key, &guard, |run| run.first == first)?;
+        Some(run.state.load(&guard).locals.to_vec())
+    }
+
+    /// The content of the first run under `key`, if any.
     pub fn get(&self, key: u64) -> Option<Vec<u64>> {
         let guard = pin();
-        self.0.get(key, &guard).map(|run| run.state.load(&guard).locals.to_vec())
+        let run = self.table.get(key, &guard, |_| true)?;
+        Some(run.state.load(&guard).locals.to_vec())
     }
 }

@@ -17,6 +17,8 @@ mod locals;
 mod pool_config;
 mod probe_map;
 mod reference;
+mod restarts;
+mod routes;
 mod run;
 mod run_table;
 mod spent;
@@ -28,8 +30,9 @@ use std::collections::BTreeMap;
 
 pub use crate::scores::OverlapScores;
 pub use event_pool::{EventPool, PoolConfig, PoolStats, SubmitError};
-pub use pool_config::{MAX_LANES, MAX_QUEUE_CAPACITY, PoolConfigError};
+pub use pool_config::{MAX_EVENT_BLOCKS, MAX_LANES, MAX_QUEUE_CAPACITY, PoolConfigError};
 pub use reference::ReferenceIndex;
+pub use restarts::LaneRestart;
 pub(crate) use tiered::TierScratch;
 pub use tiered::{LOWER_TIERS, TieredIndex};
 

@@ -16,6 +16,10 @@ pub const MAX_LANES: usize = 1024;
 /// The most events a lane's queue may hold.
 pub const MAX_QUEUE_CAPACITY: usize = 1 << 24;
 
+/// The most blocks one event may be allowed to carry (`max_event_blocks`): far below 2³², so
+/// no run a single event makes can outgrow the lanes' 32-bit lengths.
+pub const MAX_EVENT_BLOCKS: usize = 1 << 24;
+
 /// Why a [`PoolConfig`] was rejected or its pool could not start. Nothing is left running.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -30,6 +34,8 @@ pub enum PoolConfigError {
     TooManyLanes(usize),
     /// `queue_capacity` is above [`MAX_QUEUE_CAPACITY`].
     QueueTooLarge(usize),
+    /// `max_event_blocks` is 0 or above [`MAX_EVENT_BLOCKS`].
+    BadMaxEventBlocks(usize),
     /// The OS would not start a lane's thread.
     Spawn(SpawnError),
 }
@@ -43,6 +49,9 @@ impl fmt::Display for PoolConfigError {
             Self::TooManyLanes(n) => write!(f, "{n} lanes is more than the {MAX_LANES} allowed"),
             Self::QueueTooLarge(n) => {
                 write!(f, "a queue of {n} events is more than the {MAX_QUEUE_CAPACITY} allowed")
+            }
+            Self::BadMaxEventBlocks(n) => {
+                write!(f, "max_event_blocks must be 1 to {MAX_EVENT_BLOCKS}, not {n}")
             }
             Self::Spawn(e) => e.fmt(f),
         }
@@ -68,6 +77,9 @@ impl PoolConfig {
             (_, _, 0) => Err(E::ZeroMaxWorkers),
             (lanes, _, _) if lanes > MAX_LANES => Err(E::TooManyLanes(lanes)),
             (_, queue, _) if queue > MAX_QUEUE_CAPACITY => Err(E::QueueTooLarge(queue)),
+            _ if !(1..=MAX_EVENT_BLOCKS).contains(&self.max_event_blocks) => {
+                Err(E::BadMaxEventBlocks(self.max_event_blocks))
+            }
             _ => Ok(()),
         }
     }

@@ -7,9 +7,12 @@
 //! (a tombstoning map like hashbrown doubles under churn once more than half full). Each slot
 //! keeps its entry's home slot in what would be padding, so probing never rehashes. It grows by
 //! half past 7/8 load and shrinks below 1/8. Only the lane that owns a worker touches its maps,
-//! so there is no synchronization here.
+//! so there is no synchronization here. Keys go through the pool's secret [`Mixer`], so keys
+//! chosen to share a home slot are guesswork.
 
 use std::mem;
+
+use crate::mix::Mixer;
 
 const MIN_SLOTS: usize = 8;
 const EMPTY: u64 = 0;
@@ -23,18 +26,18 @@ struct Slot {
 }
 
 /// See the [module docs](self).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(crate) struct ProbeMap {
     slots: Box<[Slot]>,
     len: usize,
     empty_key: Option<u32>,
+    mixer: Mixer,
 }
 
+/// The home slot of a key mixed to `mixed`: scaled into `0..slots` by a multiply, so the slot
+/// count need not be a power of two.
 #[inline]
-fn home(key: u64, slots: usize) -> usize {
-    // Keys may be small or patterned (engine hashes, tests): mix, then scale into `0..slots`
-    // (a multiply, so the slot count need not be a power of two).
-    let mixed = (key ^ (key >> 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+fn home(mixed: u64, slots: usize) -> usize {
     ((u128::from(mixed) * slots as u128) >> 64) as usize
 }
 
@@ -51,6 +54,11 @@ fn distance(from: usize, at: usize, slots: usize) -> usize {
 }
 
 impl ProbeMap {
+    /// An empty map whose slots `mixer` picks.
+    pub(crate) fn new(mixer: Mixer) -> Self {
+        Self { slots: Box::default(), len: 0, empty_key: None, mixer }
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.len + usize::from(self.empty_key.is_some())
     }
@@ -84,7 +92,7 @@ impl ProbeMap {
         if self.slots.is_empty() {
             return None;
         }
-        self.search(key, home(key, self.slots.len())).ok()
+        self.search(key, home(self.mixer.mix(key), self.slots.len())).ok()
     }
 
     pub(crate) fn get(&self, key: u64) -> Option<u32> {
@@ -105,7 +113,7 @@ impl ProbeMap {
             self.resize((self.len + 1) * 3 / 2);
         }
         let slots = self.slots.len();
-        let at_home = home(key, slots);
+        let at_home = home(self.mixer.mix(key), slots);
         let mut at = match self.search(key, at_home) {
             Ok(at) => return Some(self.slots[at].value),
             Err(at) => at,
@@ -189,7 +197,7 @@ mod tests {
         /// keys that collide in their home slot.
         #[test]
         fn matches_a_hash_map(ops in prop::collection::vec((0u64..48, any::<u8>(), 0u8..3), 1..400)) {
-            let mut map = ProbeMap::default();
+            let mut map = ProbeMap::new(Mixer::random());
             let mut model: HashMap<u64, u32> = HashMap::new();
             for (key, value, op) in ops {
                 let key = key * 1024; // same low bits: long probe runs
@@ -220,7 +228,7 @@ mod tests {
 
     #[test]
     fn churn_at_a_steady_size_does_not_grow_the_table() {
-        let mut map = ProbeMap::default();
+        let mut map = ProbeMap::new(Mixer::random());
         for key in 1..=16_384u64 {
             map.insert_or_get(key, 0);
         }

@@ -6,6 +6,13 @@
 //! Runs are found by key (our sequence hash of their first block) in the lane's [`RunTable`];
 //! the key of the run after a matched run follows from its last sequence hash and the query's
 //! next content hash, so a query hashes once per run, not once per block.
+//!
+//! A key only says where to look: anyone can make two runs' keys equal (a root's key is its
+//! content hash, which a sender picks freely, e.g. equal to another block's sequence hash).
+//! What identifies a run is where it hangs (the [`RunState::tail_id`] of its parent's last
+//! node, [`ROOT_TAIL`] for a root) and its first content hash, both fixed for the run's life,
+//! and every lookup checks them. Tail ids are drawn by the lane and never reused, so colliding
+//! keys cost a longer probe, never a wrong run.
 
 use crate::event::{LocalBlockHash, SequenceHash, Worker};
 use crate::hash::next_sequence_hash;
@@ -22,7 +29,22 @@ pub(crate) struct Run {
     /// The lane's id for this run, so a lookup by key leads the writer to its bookkeeping
     /// (only the writer uses it; atomic so it can renumber runs while readers hold them).
     pub(crate) id: AtomicU32,
+    /// The tail id of the node this run hangs from ([`ROOT_TAIL`] for a root).
+    pub(crate) parent_tail: u64,
+    /// The content hash of the run's first block.
+    pub(crate) first: u64,
     pub(crate) state: Published<RunState>,
+}
+
+/// The tail id roots hang from; lanes draw real ones from 1 up.
+pub(crate) const ROOT_TAIL: u64 = 0;
+
+impl Run {
+    /// Whether this is the child with content `local` of the node tailed `parent_tail`.
+    #[inline]
+    pub(crate) fn is_child(&self, parent_tail: u64, local: u64) -> bool {
+        self.parent_tail == parent_tail && self.first == local
+    }
 }
 
 /// One published version of a run.
@@ -31,6 +53,10 @@ pub(crate) struct RunState {
     pub(crate) locals: Locals,
     /// Our sequence hash of the last block.
     pub(crate) tail_seq: u64,
+    /// Identifies the last block as the parent of child runs (see the [module docs](self)):
+    /// a split's tail keeps it (the children stay below that block), and a block that becomes
+    /// a run's last gets a fresh one.
+    pub(crate) tail_id: u64,
     /// The workers holding every block of the run, sorted; shared like `locals` between
     /// versions that differ in content only (a split's two halves, a shortened run).
     pub(crate) members: Arc<[Worker]>,
@@ -73,15 +99,14 @@ pub(crate) fn walk(
 ) {
     let Some(&first) = query.first() else { return };
     let mut key = next_sequence_hash(None, first).0;
+    let (mut parent, mut local) = (ROOT_TAIL, first.0);
     let mut at = 0;
     // `out[active..]`: this lane's workers that hold every block matched so far.
     let mut active = None;
-    while let Some(run) = table.get(key, guard) {
+    while let Some(run) = table.get(key, guard, |run| run.is_child(parent, local)) {
         let state = run.state.load(guard);
         let matched = common_prefix(&state.locals, &query[at..]);
-        if matched == 0 {
-            break; // a 64-bit key collision
-        }
+        debug_assert!(matched > 0, "the run starts with the query's next block");
         let still = match active {
             None => {
                 out.extend(state.members.iter().map(|&worker| (worker, 0)));
@@ -108,6 +133,7 @@ pub(crate) fn walk(
         if matched < state.locals.len() || at == query.len() {
             break;
         }
+        (parent, local) = (state.tail_id, query[at].0);
         key = next_sequence_hash(Some(SequenceHash(state.tail_seq)), query[at]).0;
     }
     if let Some(still) = active {

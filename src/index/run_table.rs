@@ -1,26 +1,36 @@
 //! [`RunTable`]: one lane's map from a run's key (our sequence hash of its first block) to the
-//! run. Only the lane writes it; queries read it without locks.
+//! run. Only the lane writes it, through its [`RunTableWriter`] (one per table, not `Clone`,
+//! every change `&mut`); queries read it without locks, and what they load lives no longer
+//! than both their pin and their borrow of the table.
+//!
+//! Keys are not unique: a sender can make two runs' keys equal (see [`crate::index::run`]), so
+//! a key may have several slots, and a lookup takes the first run under it that the caller's
+//! check accepts (its identity, not its key). A key's slots start where the pool's secret
+//! [`Mixer`] puts it, so keys chosen to share a slot cannot be aimed at one probe sequence.
 //!
 //! Open addressing over (key, pointer) slots. Within one array a slot's key, once set, never
 //! changes: removing a run nulls its pointer and leaves the key as a tombstone, which only the
-//! same key may reuse. So a reader that finds its key has found the one slot that can hold it,
-//! and a reader never sees a key paired with another key's run. When keyed slots pass 3/4 of the
-//! array (or live ones fall below 1/8), the writer copies the live entries into an array sized for
-//! them and publishes it through the epoch, so memory follows the live runs.
+//! same key may reuse. So a reader never sees a key paired with another key's run. When keyed
+//! slots pass 3/4 of the array (or live ones fall below 1/8), the writer copies the live
+//! entries into an array sized for them and publishes it through the epoch, so memory follows
+//! the live runs.
 //!
 //! Every live slot owns one strong count of its run (`Arc::into_raw`). A removed run's count goes
 //! to the writer's [`Reclaimer`], which gives it back once no pinned reader can hold the pointer.
 
 use crate::index::run::Run;
+use crate::mix::Mixer;
 use crate::sync::epoch::{Guard, Published, Reclaimer};
 use crate::sync::{Arc, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
-/// Marks a never-used slot. A real key equal to it is stored as [`ZERO_KEY_STAND_IN`].
+/// Marks a never-used slot. A real key equal to it is stored as [`ZERO_KEY_STAND_IN`], which
+/// makes keys 0 and `u64::MAX` share slots: one more collision, told apart like the others.
 const EMPTY: u64 = 0;
 const ZERO_KEY_STAND_IN: u64 = u64::MAX;
 const MIN_SLOTS: usize = 16;
 
-fn stored_key(key: u64) -> u64 {
+/// The key a slot records for `key`.
+pub(crate) fn stored_key(key: u64) -> u64 {
     if key == EMPTY { ZERO_KEY_STAND_IN } else { key }
 }
 
@@ -45,25 +55,39 @@ impl Slots {
         self.slots.len() - 1
     }
 
-    /// The slot holding `key`, or else the empty slot that ends its probe sequence, with the
-    /// key read there (`key` or [`EMPTY`]).
-    fn probe(&self, key: u64) -> (&Slot, u64) {
+    /// The slots of `key`'s probe sequence, from its home up to (with) the first empty one,
+    /// with the key read in each.
+    fn probe(&self, key: u64, mixer: Mixer) -> impl Iterator<Item = (&Slot, u64)> {
         let mask = self.mask();
-        let mut at = key as usize & mask;
-        loop {
-            let slot = &self.slots[at];
-            let found = slot.key.load(Ordering::Acquire);
-            if found == key || found == EMPTY {
-                return (slot, found);
+        let home = mixer.mix(key) as usize & mask;
+        let mut done = false;
+        // An empty slot always ends it: the writer keeps at least a quarter of the slots empty.
+        (0..=mask).map_while(move |step| {
+            if done {
+                return None;
             }
-            at = (at + 1) & mask;
-        }
+            let slot = &self.slots[(home + step) & mask];
+            let found = slot.key.load(Ordering::Acquire);
+            done = found == EMPTY;
+            Some((slot, found))
+        })
+    }
+
+    /// Where the writer puts a run keyed `key`: a tombstone of that key, else the empty slot
+    /// that ends its probe sequence; with the key read there.
+    fn vacant(&self, key: u64, mixer: Mixer) -> (&Slot, u64) {
+        self.probe(key, mixer)
+            .find(|&(slot, found)| {
+                found == EMPTY || (found == key && slot.run.load(Ordering::Relaxed).is_null())
+            })
+            .expect("a probe sequence ends at an empty slot")
     }
 }
 
 /// See the [module docs](self).
 pub(crate) struct RunTable {
     current: Published<Slots>,
+    mixer: Mixer,
     /// Slots with a key (live or tombstone) and slots with a run, kept by the writer.
     keyed: AtomicUsize,
     live: AtomicUsize,
@@ -83,61 +107,145 @@ impl Drop for OwnedRun {
     }
 }
 
-impl Default for RunTable {
-    fn default() -> Self {
-        Self {
+/// The only handle that changes a [`RunTable`]; see the [module docs](self).
+pub(crate) struct RunTableWriter(Arc<RunTable>);
+
+impl RunTableWriter {
+    /// An empty table whose slots `mixer` picks, and its writer.
+    pub(crate) fn new(mixer: Mixer) -> Self {
+        Self(Arc::new(RunTable {
             current: Published::new(Slots::with_capacity(MIN_SLOTS)),
+            mixer,
             keyed: AtomicUsize::new(0),
             live: AtomicUsize::new(0),
-        }
-    }
-}
-
-impl RunTable {
-    /// The run keyed `key`, if any. Safe against concurrent writes; `guard` keeps it alive.
-    pub(crate) fn get<'g>(&self, key: u64, guard: &'g Guard) -> Option<&'g Run> {
-        let (slot, found) = self.current.load(guard).probe(stored_key(key));
-        // An empty slot may already hold the pointer of another key being inserted there.
-        if found == EMPTY {
-            return None;
-        }
-        let run = slot.run.load(Ordering::Acquire);
-        // SAFETY: a non-null pointer was stored (with release, after the run was built) by
-        // `insert` and owns a strong count. That count is released only through
-        // the writer's reclaimer after the pointer is unlinked from every array a reader can
-        // still load, so it outlives our pin (`'g`). An empty slot holds null.
-        unsafe { run.as_ref() }
+        }))
     }
 
-    /// Publishes `run` under `key`, which must not be live. Writer only.
-    pub(crate) fn insert(&self, key: u64, run: Arc<Run>, guard: &Guard, retired: &mut Reclaimer) {
+    /// The table, for readers.
+    pub(crate) fn table(&self) -> &Arc<RunTable> {
+        &self.0
+    }
+
+    /// [`RunTable::get`], for the writer.
+    pub(crate) fn get<'a>(
+        &'a self,
+        key: u64,
+        guard: &'a Guard,
+        wanted: impl Fn(&Run) -> bool,
+    ) -> Option<&'a Run> {
+        self.0.get(key, guard, wanted)
+    }
+
+    /// Publishes `run` under `key`.
+    pub(crate) fn insert(
+        &mut self,
+        key: u64,
+        run: Arc<Run>,
+        guard: &Guard,
+        retired: &mut Reclaimer,
+    ) {
         let key = stored_key(key);
-        if self.keyed.load(Ordering::Relaxed) + 1 > self.capacity(guard) / 4 * 3 {
-            self.rebuild(self.live.load(Ordering::Relaxed) + 1, guard, retired);
+        if self.0.keyed.load(Ordering::Relaxed) + 1 > self.capacity(guard) / 4 * 3 {
+            self.rebuild(self.0.live.load(Ordering::Relaxed) + 1, guard, retired);
         }
-        let (slot, found) = self.current.load(guard).probe(key);
-        debug_assert!(slot.run.load(Ordering::Relaxed).is_null(), "key {key:#x} is live");
+        let (slot, found) = self.0.current.load(guard).vacant(key, self.0.mixer);
         slot.run.store(Arc::into_raw(run).cast_mut(), Ordering::Release);
         if found == EMPTY {
             // Published after the pointer: a reader that sees the key sees the run.
             slot.key.store(key, Ordering::Release);
-            self.keyed.store(self.keyed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            self.0.keyed.store(self.0.keyed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         }
-        self.live.store(self.live.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        self.0.live.store(self.0.live.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
 
-    /// Unlinks the run keyed `key` (it must be live); its count is released once readers that
-    /// may hold it are gone. Writer only.
-    pub(crate) fn remove(&self, key: u64, guard: &Guard, retired: &mut Reclaimer) {
-        let (slot, _) = self.current.load(guard).probe(stored_key(key));
+    /// Unlinks `run`, published under `key`; its count is released once readers that may hold
+    /// it are gone.
+    pub(crate) fn remove(&mut self, key: u64, run: &Run, guard: &Guard, retired: &mut Reclaimer) {
+        let key = stored_key(key);
+        let current = self.0.current.load(guard);
+        let mut slots = current.probe(key, self.0.mixer);
+        let wanted = std::ptr::from_ref(run).cast_mut();
+        let (slot, _) = slots
+            .find(|&(slot, found)| found == key && slot.run.load(Ordering::Relaxed) == wanted)
+            .expect("a live run is in the table under its key");
         let run = slot.run.swap(std::ptr::null_mut(), Ordering::AcqRel);
-        assert!(!run.is_null(), "removing a run that is not in the table");
         retired.retire(Box::new(OwnedRun(run)));
-        let live = self.live.load(Ordering::Relaxed) - 1;
-        self.live.store(live, Ordering::Relaxed);
+        let live = self.0.live.load(Ordering::Relaxed) - 1;
+        self.0.live.store(live, Ordering::Relaxed);
         if self.capacity(guard) > MIN_SLOTS && live < self.capacity(guard) / 8 {
             self.rebuild(live, guard, retired);
         }
+    }
+
+    /// Unlinks every run, trusting only the slots (a lane restarting after a panic may have
+    /// left its own records of them half changed).
+    pub(crate) fn clear(&mut self, guard: &Guard, retired: &mut Reclaimer) {
+        for slot in self.0.current.load(guard).slots.iter() {
+            let run = slot.run.swap(std::ptr::null_mut(), Ordering::AcqRel);
+            if !run.is_null() {
+                retired.retire(Box::new(OwnedRun(run)));
+            }
+        }
+        self.0.current.replace(Slots::with_capacity(MIN_SLOTS), retired);
+        self.0.keyed.store(0, Ordering::Relaxed);
+        self.0.live.store(0, Ordering::Relaxed);
+    }
+
+    fn capacity(&self, guard: &Guard) -> usize {
+        self.0.capacity(guard)
+    }
+
+    /// Moves the live entries into a fresh array with room for `live` at most half full. The
+    /// pointers move with their counts; the old array is retired without releasing them.
+    fn rebuild(&mut self, live: usize, guard: &Guard, retired: &mut Reclaimer) {
+        let capacity = (live * 2).next_power_of_two().max(MIN_SLOTS);
+        let fresh = Slots::with_capacity(capacity);
+        let mut moved = 0;
+        for slot in self.0.current.load(guard).slots.iter() {
+            let run = slot.run.load(Ordering::Relaxed);
+            if run.is_null() {
+                continue;
+            }
+            let key = slot.key.load(Ordering::Relaxed);
+            let (target, _) = fresh.vacant(key, self.0.mixer);
+            target.run.store(run, Ordering::Relaxed);
+            target.key.store(key, Ordering::Relaxed);
+            moved += 1;
+        }
+        // `replace` publishes with release, so readers of the new array see its slots.
+        self.0.current.replace(fresh, retired);
+        self.0.keyed.store(moved, Ordering::Relaxed);
+    }
+}
+
+impl RunTable {
+    /// The first run keyed `key` that `wanted` accepts, if any. Safe against concurrent
+    /// writes; `guard` keeps it alive, and it cannot outlive the borrow of the table either.
+    pub(crate) fn get<'a>(
+        &'a self,
+        key: u64,
+        guard: &'a Guard,
+        wanted: impl Fn(&Run) -> bool,
+    ) -> Option<&'a Run> {
+        let key = stored_key(key);
+        for (slot, found) in self.current.load(guard).probe(key, self.mixer) {
+            // An empty slot may already hold the pointer of another key being inserted there.
+            if found != key {
+                continue;
+            }
+            let run = slot.run.load(Ordering::Acquire);
+            // SAFETY: a non-null pointer was stored (with release, after the run was built) by
+            // `insert` and owns a strong count. That count is released only through
+            // the writer's reclaimer after the pointer is unlinked from every array a reader can
+            // still load, so it outlives our pin; or when the table drops, which it cannot
+            // while we borrow it (`'a` is within both). A tombstone holds null.
+            if let Some(run) = unsafe { run.as_ref() }
+                && wanted(run)
+            {
+                return Some(run);
+            }
+        }
+        None
     }
 
     fn capacity(&self, guard: &Guard) -> usize {
@@ -147,28 +255,6 @@ impl RunTable {
     /// Heap bytes of the slot array.
     pub(crate) fn bytes(&self, guard: &Guard) -> usize {
         self.capacity(guard) * size_of::<Slot>()
-    }
-
-    /// Moves the live entries into a fresh array with room for `live` at most half full. The
-    /// pointers move with their counts; the old array is retired without releasing them.
-    fn rebuild(&self, live: usize, guard: &Guard, retired: &mut Reclaimer) {
-        let capacity = (live * 2).next_power_of_two().max(MIN_SLOTS);
-        let fresh = Slots::with_capacity(capacity);
-        let mut moved = 0;
-        for slot in self.current.load(guard).slots.iter() {
-            let run = slot.run.load(Ordering::Relaxed);
-            if run.is_null() {
-                continue;
-            }
-            let key = slot.key.load(Ordering::Relaxed);
-            let (target, _) = fresh.probe(key);
-            target.run.store(run, Ordering::Relaxed);
-            target.key.store(key, Ordering::Relaxed);
-            moved += 1;
-        }
-        // `replace` publishes with release, so readers of the new array see its slots.
-        self.current.replace(fresh, retired);
-        self.keyed.store(moved, Ordering::Relaxed);
     }
 }
 
@@ -187,6 +273,8 @@ impl Drop for RunTable {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
     use crate::event::Worker;
     use crate::index::locals::Locals;
@@ -195,13 +283,24 @@ mod tests {
     use crate::sync::epoch::pin;
     use crate::sync::{AtomicBool, AtomicU32, shared_slice};
 
-    fn run(key: u64) -> Arc<Run> {
+    /// A run hanging from `parent_tail`, with content `[key, key + 1]`.
+    fn run_below(key: u64, parent_tail: u64) -> Arc<Run> {
         let state = RunState {
-            locals: Locals::new(&[key, key + 1]),
+            locals: Locals::new(&[key, key.wrapping_add(1)]),
             tail_seq: key,
+            tail_id: key,
             members: shared_slice(&[Worker::new(key, 0)]),
         };
-        Arc::new(Run { id: AtomicU32::new(key as u32), state: Published::new(state) })
+        let id = AtomicU32::new(key as u32);
+        Arc::new(Run { id, parent_tail, first: key, state: Published::new(state) })
+    }
+
+    fn run(key: u64) -> Arc<Run> {
+        run_below(key, 0)
+    }
+
+    fn any(_: &Run) -> bool {
+        true
     }
 
     /// The writer grows the table through several rebuilds, then removes most keys (shrinking
@@ -210,16 +309,16 @@ mod tests {
     #[test]
     fn rebuilds_under_a_reader() {
         let keys: u64 = if cfg!(miri) { 80 } else { 4000 };
-        let table = Arc::new(RunTable::default());
+        let mut table = RunTableWriter::new(Mixer::random());
         let done = Arc::new(AtomicBool::new(false));
         let reader = {
-            let (table, done) = (table.clone(), done.clone());
+            let (table, done) = (table.table().clone(), done.clone());
             std::thread::spawn(move || {
                 let mut found = 0;
                 while !done.load(Ordering::Acquire) {
                     for key in 1..=keys {
                         let guard = pin();
-                        if let Some(run) = table.get(key, &guard) {
+                        if let Some(run) = table.get(key, &guard, any) {
                             let state = run.state.load(&guard);
                             assert_eq!(&*state.locals, &[key, key + 1]);
                             assert_eq!(state.members[0], Worker::new(key, 0));
@@ -232,17 +331,18 @@ mod tests {
         };
         let mut retired = Reclaimer::default();
         let guard = pin();
+        let runs: HashMap<u64, Arc<Run>> = (1..=keys).map(|key| (key, run(key))).collect();
         for key in 1..=keys {
-            table.insert(key, run(key), &guard, &mut retired);
+            table.insert(key, runs[&key].clone(), &guard, &mut retired);
         }
         for key in 1..=keys {
-            assert!(table.get(key, &guard).is_some());
+            assert!(table.get(key, &guard, any).is_some());
         }
-        let grown = table.bytes(&guard);
+        let grown = table.table().bytes(&guard);
         drop(guard);
         for key in (1..=keys).filter(|key| key % 16 != 0) {
             let guard = pin();
-            table.remove(key, &guard, &mut retired);
+            table.remove(key, &runs[&key], &guard, &mut retired);
             retired.seal(&guard);
             drop(guard);
             retired.reclaim();
@@ -252,12 +352,61 @@ mod tests {
         table.insert(1, run(1), &guard, &mut retired);
         done.store(true, Ordering::Release);
         reader.join().unwrap();
-        assert!(table.bytes(&guard) * 2 < grown, "{} of {grown}", table.bytes(&guard));
+        assert!(
+            table.table().bytes(&guard) * 2 < grown,
+            "{} of {grown}",
+            table.table().bytes(&guard)
+        );
         for key in 1..=keys {
-            assert_eq!(table.get(key, &guard).is_some(), key % 16 == 0 || key == 1, "{key}");
+            assert_eq!(table.get(key, &guard, any).is_some(), key % 16 == 0 || key == 1, "{key}");
         }
         // Key 0 is stored as a stand-in.
         table.insert(0, run(0), &guard, &mut retired);
-        assert!(table.get(0, &guard).is_some());
+        assert!(table.get(0, &guard, any).is_some());
+    }
+
+    /// #18 item 1: runs under one key (equal keys, and 0 next to `u64::MAX`) are each found by
+    /// identity and removed alone, through inserts, removals and rebuilds.
+    #[test]
+    fn colliding_keys_are_told_apart() {
+        let mut table = RunTableWriter::new(Mixer::random());
+        let mut retired = Reclaimer::default();
+        let guard = pin();
+        let is = |first: u64, parent: u64| move |run: &Run| run.is_child(parent, first);
+        // Per key, several runs told apart by the tail they hang from.
+        let keys = [0, u64::MAX, 7];
+        let mut live: Vec<(u64, u64, Arc<Run>)> = Vec::new();
+        for parent in 0..40 {
+            for key in keys {
+                let run = run_below(key, parent);
+                table.insert(key, run.clone(), &guard, &mut retired);
+                live.push((key, parent, run));
+            }
+        }
+        let reader = table.table().clone();
+        let check = |live: &[(u64, u64, Arc<Run>)]| {
+            for (key, parent, run) in live {
+                let found = reader.get(*key, &guard, is(*key, *parent)).expect("a live run");
+                assert!(std::ptr::eq(found, &**run), "key {key:#x} below {parent}");
+            }
+        };
+        check(&live);
+        // Removing every other one leaves exactly the rest; their slots are reused.
+        let mut kept = Vec::new();
+        for (at, entry) in live.into_iter().enumerate() {
+            if at % 2 == 0 {
+                table.remove(entry.0, &entry.2, &guard, &mut retired);
+                assert!(table.get(entry.0, &guard, is(entry.0, entry.1)).is_none());
+            } else {
+                kept.push(entry);
+            }
+        }
+        check(&kept);
+        while let Some((key, parent, run)) = kept.pop() {
+            table.remove(key, &run, &guard, &mut retired);
+            assert!(table.get(key, &guard, is(key, parent)).is_none());
+            check(&kept);
+        }
+        assert!(keys.iter().all(|&key| table.get(key, &guard, any).is_none()));
     }
 }

@@ -18,6 +18,9 @@
 //! overlaps their cache misses; the owner also prefetches a few names ahead
 //! ([`TagMap::prefetch`]).
 //!
+//! The owner passes each name as its pool's secret [`Mixer`](crate::mix::Mixer) mixed it (the
+//! `mixed` arguments), so names chosen to share a tag are guesswork.
+//!
 //! An entry that cannot be placed in a table not yet half full (only many names sharing one
 //! tag do that) is handed back as *spilled* rather than growing the table without bound: the
 //! owner keeps it elsewhere.
@@ -104,11 +107,10 @@ fn lanes_equal(tags: &[u32; WAYS], tag: u32) -> u32 {
     mask
 }
 
-/// The tag of a name: 32 well-mixed bits, never [`FREE`].
+/// The tag of a name, from the name as the owner's [`Mixer`](crate::mix::Mixer) mixed it: 32
+/// well-mixed bits, never [`FREE`].
 #[inline]
-pub(crate) fn tag_of(name: u64) -> u32 {
-    // Names may be small or patterned (engine hashes, tests): mix first.
-    let mixed = (name ^ (name >> 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+pub(crate) fn tag_of(mixed: u64) -> u32 {
     ((mixed >> 32) as u32) | 1
 }
 
@@ -157,13 +159,13 @@ impl TagMap {
         self.buckets.len().wrapping_sub(1)
     }
 
-    /// The (bucket, way) of the entry tagged like `name` whose node `is_named` confirms.
+    /// The (bucket, way) of the entry tagged like `mixed` whose node `is_named` confirms.
     #[inline]
-    fn find(&self, name: u64, is_named: impl Fn(NodeId) -> bool) -> Option<(usize, usize)> {
+    fn find(&self, mixed: u64, is_named: impl Fn(NodeId) -> bool) -> Option<(usize, usize)> {
         if self.buckets.is_empty() {
             return None;
         }
-        let tag = tag_of(name);
+        let tag = tag_of(mixed);
         let (first, second) = buckets_of(tag, self.mask());
         for bucket in [first, second] {
             let slots = &self.buckets[bucket];
@@ -179,43 +181,43 @@ impl TagMap {
         None
     }
 
-    /// Asks the processor to start loading the buckets `name` would be in (both: an insert
+    /// Asks the processor to start loading the buckets the name mixed to `mixed` would be in (both: an insert
     /// reads both).
     #[inline]
-    pub(crate) fn prefetch(&self, name: u64) {
+    pub(crate) fn prefetch(&self, mixed: u64) {
         if self.buckets.is_empty() {
             return;
         }
-        let (first, second) = buckets_of(tag_of(name), self.mask());
+        let (first, second) = buckets_of(tag_of(mixed), self.mask());
         prefetch_line(&self.buckets[first]);
         prefetch_line(&self.buckets[second]);
     }
 
-    /// The node named `name`, as `is_named` confirms.
-    pub(crate) fn get(&self, name: u64, is_named: impl Fn(NodeId) -> bool) -> Option<NodeId> {
-        self.find(name, is_named).map(|(bucket, way)| self.buckets[bucket].nodes[way])
+    /// The node with the name mixed to `mixed`, as `is_named` confirms.
+    pub(crate) fn get(&self, mixed: u64, is_named: impl Fn(NodeId) -> bool) -> Option<NodeId> {
+        self.find(mixed, is_named).map(|(bucket, way)| self.buckets[bucket].nodes[way])
     }
 
-    /// The node named `name`, as `is_named` confirms; if there is none, adds `node` under
-    /// `name`'s tag (afterwards [`Self::take_spilled`] may hand back an entry). The buckets
+    /// The node with the name mixed to `mixed`, as `is_named` confirms; if there is none, adds
+    /// `node` under its tag (afterwards [`Self::take_spilled`] may hand back an entry). The buckets
     /// searched are the ones the entry goes in, so placing it reads no new line.
     #[inline(always)] // One caller, in the lane's hottest loop.
     pub(crate) fn insert_or_get(
         &mut self,
-        name: u64,
+        mixed: u64,
         node: NodeId,
         is_named: impl Fn(NodeId) -> bool,
     ) -> Option<NodeId> {
         if (self.len + 1) * 8 > self.slots() * 7 {
             // Growing first (an empty table too): the slow path.
-            if let Some((bucket, way)) = self.find(name, is_named) {
+            if let Some((bucket, way)) = self.find(mixed, is_named) {
                 return Some(self.buckets[bucket].nodes[way]);
             }
-            self.insert(name, node);
+            self.insert(mixed, node);
             return None;
         }
         // One pass over both buckets finds the entry or, failing that, the free slots.
-        let tag = tag_of(name);
+        let tag = tag_of(mixed);
         let (first, second) = buckets_of(tag, self.mask());
         let mut free = [0; 2];
         for (side, bucket) in [first, second].into_iter().enumerate() {
@@ -233,7 +235,7 @@ impl TagMap {
         let (bucket, empty) = match free {
             // Both full: displace entries (or grow).
             [0, 0] => {
-                self.insert(name, node);
+                self.insert(mixed, node);
                 return None;
             }
             [0, empty] => (second, empty),
@@ -244,13 +246,13 @@ impl TagMap {
         None
     }
 
-    /// Adds `node` under `name`'s tag; the caller has checked that no node is named `name`.
+    /// Adds `node` under the tag of `mixed`; the caller has checked that no node has that name.
     /// Afterwards [`Self::take_spilled`] may hand back an entry.
-    pub(crate) fn insert(&mut self, name: u64, node: NodeId) {
+    pub(crate) fn insert(&mut self, mixed: u64, node: NodeId) {
         if (self.len + 1) * 8 > self.slots() * 7 {
             self.grow();
         }
-        let mut entry = (tag_of(name), node);
+        let mut entry = (tag_of(mixed), node);
         loop {
             match self.place(entry) {
                 Ok(()) => {
@@ -299,14 +301,14 @@ impl TagMap {
         Err((tag, node))
     }
 
-    /// Removes the entry named `name`, as `is_named` confirms; returns its node.
+    /// Removes the entry with the name mixed to `mixed`, as `is_named` confirms; returns its node.
     #[inline(always)] // One caller, in the lane's hottest loop.
     pub(crate) fn remove(
         &mut self,
-        name: u64,
+        mixed: u64,
         is_named: impl Fn(NodeId) -> bool,
     ) -> Option<NodeId> {
-        let (bucket, way) = self.find(name, is_named)?;
+        let (bucket, way) = self.find(mixed, is_named)?;
         let slots = &mut self.buckets[bucket];
         slots.tags[way] = FREE;
         let node = slots.nodes[way];
@@ -403,6 +405,18 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::mix::Mixer;
+
+    /// Names from this one up are a crowd: their mixed values share a tag (see [`mixed`]).
+    const CROWD: u64 = 1 << 62;
+
+    /// A name as the owner mixes it; crowd names mix to values with one high half.
+    fn mixed(name: u64) -> u64 {
+        match name >= CROWD {
+            true => (name - CROWD) | (0x1234_5678 << 32),
+            false => Mixer::FIXED.mix(name),
+        }
+    }
 
     /// A map from names to nodes through a `TagMap`, the way its owner uses it: node `i` is
     /// named `names[i]`, spilled entries go to a side map.
@@ -416,7 +430,7 @@ mod tests {
     impl Owner {
         fn get(&self, name: u64) -> Option<NodeId> {
             let names = &self.names;
-            let found = self.map.get(name, |node| names[node as usize] == name);
+            let found = self.map.get(mixed(name), |node| names[node as usize] == name);
             found.or_else(|| self.spilled.get(&name).copied())
         }
 
@@ -426,10 +440,11 @@ mod tests {
             self.names.push(name);
             if node % 2 == 1 {
                 let names = &self.names;
-                let found = self.map.insert_or_get(name, node, |n| names[n as usize] == name);
+                let found =
+                    self.map.insert_or_get(mixed(name), node, |n| names[n as usize] == name);
                 assert_eq!(found, None);
             } else {
-                self.map.insert(name, node);
+                self.map.insert(mixed(name), node);
             }
             while let Some(left) = self.map.take_spilled() {
                 self.spilled.insert(self.names[left as usize], left);
@@ -439,7 +454,7 @@ mod tests {
 
         fn remove(&mut self, name: u64) -> Option<NodeId> {
             let names = &self.names;
-            let found = self.map.remove(name, |node| names[node as usize] == name);
+            let found = self.map.remove(mixed(name), |node| names[node as usize] == name);
             while let Some(left) = self.map.take_spilled() {
                 self.spilled.insert(self.names[left as usize], left);
             }
@@ -458,7 +473,7 @@ mod tests {
         fn matches_a_hash_map(ops in prop::collection::vec((0u64..104, any::<bool>()), 1..400)) {
             // 40 names on one tag: more than its two buckets hold, so some spill (on inserts,
             // and on shrinks once the table is small).
-            let crowd = names_tagged(0x8000_0001, 40);
+            let crowd = names_tagged(40);
             let mut owner = Owner::default();
             let mut model: HashMap<u64, NodeId> = HashMap::new();
             for (name, insert) in ops {
@@ -472,7 +487,7 @@ mod tests {
                             // As the owner does: the side map first, then the tag map.
                             let names = &owner.names;
                             let found = owner.spilled.get(&name).copied().or_else(|| {
-                                owner.map.insert_or_get(name, u32::MAX, |n| names[n as usize] == name)
+                                owner.map.insert_or_get(mixed(name), u32::MAX, |n| names[n as usize] == name)
                             });
                             prop_assert_eq!(found, Some(node));
                         }
@@ -513,24 +528,16 @@ mod tests {
         assert!(owner.map.bytes() * 7 <= 16_384 * 8 * 16, "{} bytes for 16,384", owner.map.bytes());
     }
 
-    /// `count` names whose tags are all the same: `tag_of` undone for mixed values that share
-    /// their high half (its multiply by the inverse, its xor-shift by itself).
-    fn names_tagged(high: u32, count: u64) -> Vec<u64> {
-        const K: u64 = 0x9E37_79B9_7F4A_7C15;
-        let inverse =
-            (0..6).fold(K, |x: u64, _| x.wrapping_mul(2u64.wrapping_sub(K.wrapping_mul(x))));
-        assert_eq!(K.wrapping_mul(inverse), 1);
-        let names: Vec<u64> = (0..count)
-            .map(|i| ((u64::from(high) << 32) | i).wrapping_mul(inverse))
-            .map(|x| x ^ (x >> 32))
-            .collect();
-        assert!(names.iter().all(|&name| tag_of(name) == tag_of(names[0])));
+    /// `count` names whose tags are all the same (see [`mixed`]).
+    fn names_tagged(count: u64) -> Vec<u64> {
+        let names: Vec<u64> = (0..count).map(|i| CROWD + i).collect();
+        assert!(names.iter().all(|&name| tag_of(mixed(name)) == tag_of(mixed(names[0]))));
         names
     }
 
     #[test]
     fn names_sharing_a_tag_spill_instead_of_growing_the_table() {
-        let names = names_tagged(0x1234_5678, 40);
+        let names = names_tagged(40);
         let mut owner = Owner::default();
         for &name in &names {
             owner.insert(name);
@@ -565,13 +572,13 @@ mod tests {
     #[test]
     fn prefetch_changes_nothing() {
         let mut owner = Owner::default();
-        owner.map.prefetch(7);
+        owner.map.prefetch(mixed(7));
         for name in 1..=40u64 {
-            owner.map.prefetch(name);
+            owner.map.prefetch(mixed(name));
             owner.insert(name);
         }
         for name in 1..=40u64 {
-            owner.map.prefetch(name + 100);
+            owner.map.prefetch(mixed(name + 100));
             assert_eq!(owner.get(name), Some(name as NodeId - 1));
         }
         assert_eq!(owner.len(), 40);

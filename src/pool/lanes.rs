@@ -4,11 +4,14 @@
 //! worker's messages to the same lane), so one worker's messages are handled in order while
 //! different workers proceed in parallel. A lane owns its state (`L`): no lock guards it.
 //!
-//! A lane whose handler panics (a bug) is *down*: its state is dropped, and every call that
-//! involves it returns [`LaneDown`] — calls already waiting on it too — instead of blocking.
+//! A handler that panics (a bug) gives the lane's state a chance to [`Lane::recover`]: if it
+//! does, the lane goes on with the next message (only the one that panicked is lost, or a
+//! task's caller gets [`LaneDown`] once). Otherwise the lane is *down*: its state is dropped,
+//! and every call that involves it returns [`LaneDown`] — calls already waiting on it too —
+//! instead of blocking.
 
 use std::fmt;
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 use super::{LaneDown, SpawnError};
 use crate::sync::channel::{self, Receiver, Sender, TrySendError};
@@ -29,6 +32,20 @@ pub trait Lane: Send + 'static {
     /// Asked after each message: whether producers waiting for room in this lane's queue should
     /// wake to run their hook (see [`StickyPool::send_with`]) rather than wait for the room.
     fn wants_producer(&mut self) -> bool {
+        false
+    }
+
+    /// Called once the lane has handled everything it took and found its queue empty, right
+    /// after [`Self::idle`]: `queued` says how many messages are queued now (producers may have
+    /// sent more since).
+    fn quiet(&mut self, queued: &dyn Fn() -> usize) {
+        let _ = queued;
+    }
+
+    /// Called after handling a message or a task panicked, on the lane's thread: puts the
+    /// state back in order (whatever that costs is the lane's business) and returns `true` for
+    /// the lane to go on, or `false` (the default) for it to go down.
+    fn recover(&mut self) -> bool {
         false
     }
 }
@@ -278,10 +295,11 @@ fn run<L: Lane>(lane: L, queue: LaneQueue<Envelope<L>>) {
         serve(lane, receiver, &queue.room)
     }));
     if served.is_err() {
-        // A bug in the lane: its state may be half changed, so it goes, and the lane only drops
-        // what it is sent from now on. Dropping a task closes its reply channel, so every caller
-        // waiting on this lane (those that enqueued before the panic too) gets `LaneDown`
-        // rather than waiting forever; new calls see `down` and fail at once.
+        // A bug the lane did not recover from: its state may be half changed, so it goes, and
+        // the lane only drops what it is sent from now on. Dropping a task closes its reply
+        // channel, so every caller waiting on this lane (those that enqueued before the panic
+        // too) gets `LaneDown` rather than waiting forever; new calls see `down` and fail at
+        // once.
         queue.room.down.store(true, Ordering::Release);
         queue.room.gate.open();
         // Even if dropping the broken state panics too, the queue must still be drained.
@@ -299,24 +317,33 @@ fn run<L: Lane>(lane: L, queue: LaneQueue<Envelope<L>>) {
 /// while the lane works through the batch instead of waiting behind it. So up to twice the
 /// queue's capacity can be pending on a lane: queued, and in hand.
 fn serve<L: Lane>(lane: &mut L, receiver: &Receiver<Envelope<L>>, room: &Room) {
-    let handle = |lane: &mut L, envelope| match envelope {
-        Envelope::Message(message) => {
-            lane.handle(message);
-            if lane.wants_producer() {
-                room.nudge();
+    let handle = |lane: &mut L, envelope| {
+        let handled = catch_unwind(AssertUnwindSafe(|| match envelope {
+            Envelope::Message(message) => {
+                lane.handle(message);
+                if lane.wants_producer() {
+                    room.nudge();
+                }
             }
-        }
-        Envelope::Task(task) => {
-            lane.idle();
-            task(lane)
+            Envelope::Task(task) => {
+                lane.idle();
+                task(lane)
+            }
+        }));
+        if let Err(panic) = handled {
+            // A task that panicked has dropped its reply: its caller gets `LaneDown`.
+            if !catch_unwind(AssertUnwindSafe(|| lane.recover())).unwrap_or(false) {
+                resume_unwind(panic);
+            }
         }
     };
     while let Ok(envelope) = receiver.recv() {
         room.taken(receiver);
         handle(lane, envelope);
         loop {
-            // If a handler panics, the rest of the batch is dropped with it: tasks in it close
-            // their reply channels, as for the queue (see `run`).
+            // If a handler panics and the lane does not recover, the rest of the batch is
+            // dropped with it: tasks in it close their reply channels, as for the queue (see
+            // `run`).
             let batch = receiver.drain();
             if batch.len() == 0 {
                 break;
@@ -325,6 +352,7 @@ fn serve<L: Lane>(lane: &mut L, receiver: &Receiver<Envelope<L>>, room: &Room) {
             batch.for_each(|envelope| handle(lane, envelope));
         }
         lane.idle();
+        lane.quiet(&|| receiver.len());
     }
 }
 

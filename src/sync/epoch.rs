@@ -3,8 +3,10 @@
 //! One writer replaces a value; readers [`pin`] once per operation and
 //! [`Published::load`] it. What the writer unlinks goes to its [`Reclaimer`] and
 //! is freed on the writer's thread once every reader pinned before the unlinking has unpinned:
-//! readers only ever run a flag store for it, never a destructor, so a query's latency does not
-//! depend on how much the writer retires. Normally pinning is `crossbeam-epoch`'s; under loom
+//! while the writer lives, readers only ever run a flag store for it, never a destructor, so a
+//! query's latency does not depend on how much the writer retires. What a reclaimer still holds
+//! when it drops (a pool shutting down) goes to crossbeam's global queue, whose frees any
+//! pinning thread may run, a reader included. Normally pinning is `crossbeam-epoch`'s; under loom
 //! nothing is freed before the reclaimer drops, so loom sees our own orderings only.
 
 /// A value the writer has unlinked and readers may still hold.

@@ -78,3 +78,60 @@ pub fn long_chain_queries() -> Vec<Vec<kvroute::LocalBlockHash>> {
         .map(|&at| (0..CHAIN).map(|d| kvroute::LocalBlockHash(chain_block(d, at))).collect())
         .collect()
 }
+
+/// Hashes that collide with the index's own keys or markers: 0, 1, `u64::MAX` (and its
+/// neighbour), and the sequence hashes of short chains over 0, 1 and `u64::MAX` (so a root's
+/// content hash can equal another run's key).
+pub fn extreme_hashes() -> Vec<u64> {
+    use kvroute::LocalBlockHash;
+    use kvroute::hash::next_sequence_hash;
+    let base = [0, 1, u64::MAX, u64::MAX - 1];
+    let mut all = base.to_vec();
+    for &a in &base[..3] {
+        for &b in &base[..3] {
+            let seq = next_sequence_hash(Some(SequenceHash(a)), LocalBlockHash(b));
+            all.push(seq.0);
+        }
+    }
+    all
+}
+
+/// Like [`op`], but content and engine hashes are drawn from [`extreme_hashes`].
+pub fn op_extreme() -> impl Strategy<Value = Op> {
+    let values = extreme_hashes();
+    let count = values.len();
+    op(count as u64, count as u64).prop_map(move |op| {
+        let pick = |v: u64| values[v as usize];
+        match op {
+            Op::Event(event) => Op::Event(remap(event, pick)),
+            other => other,
+        }
+    })
+}
+
+/// `event` with every content and engine hash `h` replaced by `pick(h)`.
+fn remap(event: RouterEvent, pick: impl Fn(u64) -> u64) -> RouterEvent {
+    use kvroute::KvEventData;
+    let worker = event.worker();
+    match event.event.data {
+        KvEventData::Stored { parent, blocks } => {
+            let blocks = blocks.iter().map(|b| StoredBlock::new(pick(b.local.0), pick(b.hash.0)));
+            let parent = parent.map(|p| SequenceHash(pick(p.0)));
+            RouterEvent::stored(worker, 0, parent, blocks.collect())
+        }
+        KvEventData::Removed { blocks } => {
+            let blocks = blocks.iter().map(|b| SequenceHash(pick(b.0))).collect();
+            RouterEvent::removed(worker, 0, blocks)
+        }
+        KvEventData::Cleared => event,
+    }
+}
+
+/// Every query of up to `depth` blocks over [`extreme_hashes`].
+pub fn extreme_queries(depth: usize) -> Vec<Vec<kvroute::LocalBlockHash>> {
+    let values = extreme_hashes();
+    all_queries(values.len() as u64, depth)
+        .into_iter()
+        .map(|q| q.into_iter().map(|l| kvroute::LocalBlockHash(values[l.0 as usize])).collect())
+        .collect()
+}
