@@ -188,7 +188,7 @@ impl EventPool {
     }
 
     /// The lane of `worker` (placed now if new), for tests.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     fn lane_of(&self, worker: Worker) -> usize {
         self.routes.with_lane(worker, |lane| lane)
     }

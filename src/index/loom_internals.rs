@@ -65,12 +65,19 @@ impl LoomReader {
 
 /// A lane's run table alone, with chosen keys (so probe sequences can be made to collide).
 /// Clones share the table; only one of them may write.
+/// The model's writer side: the table's writer handle and its reclaimer, shared by the model's
+/// threads (one writes at a time).
+type SharedWriter = std::sync::Arc<std::sync::Mutex<(RunTableWriter, Reclaimer)>>;
+
+/// The runs published, by key.
+type PublishedRuns = std::sync::Arc<std::sync::Mutex<Vec<(u64, Arc<Run>)>>>;
+
 #[derive(Clone)]
 pub struct LoomTable {
     table: Arc<RunTable>,
-    writer: std::sync::Arc<std::sync::Mutex<(RunTableWriter, Reclaimer)>>,
+    writer: SharedWriter,
     /// The runs published, by key, to unlink them by identity.
-    runs: std::sync::Arc<std::sync::Mutex<Vec<(u64, Arc<Run>)>>>,
+    runs: PublishedRuns,
 }
 
 impl Default for LoomTable {

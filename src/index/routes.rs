@@ -77,7 +77,7 @@ impl Routes {
     }
 
     /// How many routes there are, and to each lane.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn counts(&self) -> (usize, Vec<usize>) {
         (self.map.read().len(), self.load.lock().clone())
     }
