@@ -12,6 +12,8 @@ pub(crate) mod handback;
 mod held_blocks;
 mod holder_sets;
 mod lane;
+#[cfg(test)]
+pub(crate) use lane::INJECTED_PANIC;
 mod lane_trie;
 mod locals;
 mod pool_config;

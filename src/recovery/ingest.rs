@@ -157,6 +157,11 @@ impl RecoveryCore {
         self.state.lock().stats()
     }
 
+    /// Every stream of `tier` recovery knows.
+    pub(crate) fn streams_of(&self, tier: StorageTier) -> Vec<StreamKey> {
+        self.state.lock().streams_of(tier)
+    }
+
     /// Runs `f` with ingestion paused (the state locked), handing it the cursors: what `f`
     /// reads of the index then matches them.
     pub(crate) fn paused<T>(&self, f: impl FnOnce(Vec<(StreamKey, Cursor)>) -> T) -> T {

@@ -256,6 +256,11 @@ impl RecoveryState {
         stream.start(JobKind::Full, now);
     }
 
+    /// Every stream of `tier` (for when an index lost some of them without saying which).
+    pub(crate) fn streams_of(&self, tier: StorageTier) -> Vec<StreamKey> {
+        self.streams.keys().filter(|(_, t)| *t == tier).copied().collect()
+    }
+
     /// Every stream's cursor, sorted (for a snapshot).
     pub(crate) fn cursors(&self) -> Vec<(StreamKey, Cursor)> {
         let mut cursors: Vec<_> = self.streams.iter().map(|(&k, s)| (k, s.cursor)).collect();

@@ -105,6 +105,7 @@ impl KvRouterBuilder {
                 .map(RecoveryCore::new)
                 .transpose()
                 .map_err(RouterConfigError::Recovery)?,
+            restarts_seen: Default::default(),
             shared_cache: self.shared_cache,
             counters: Counters::default(),
             started: Instant::now(),

@@ -51,6 +51,8 @@ pub struct KvRouter {
     pub(crate) sessions: SessionTable,
     pub(crate) approx: Option<ApproxTracker>,
     pub(crate) recovery: Option<RecoveryCore>,
+    /// Per tier, the index lane restarts already handed to recovery.
+    pub(crate) restarts_seen: [AtomicU64; 4],
     pub(crate) shared_cache: Option<Box<dyn SharedCache>>,
     pub(crate) counters: Counters,
     pub(crate) started: Instant,
@@ -160,8 +162,35 @@ impl KvRouter {
     /// many fetches ran.
     pub fn run_recovery(&self, source: &dyn RecoverySource) -> Result<usize, LaneDown> {
         match &self.recovery {
-            Some(recovery) => recovery.run_pending(&self.index, source),
+            Some(recovery) => {
+                self.resync_restarted_lanes(recovery);
+                recovery.run_pending(&self.index, source)
+            }
             None => Ok(0),
+        }
+    }
+
+    /// An index lane that panicked started over without its workers' blocks: their streams
+    /// are restored from full dumps (every stream of the tier if more restarts happened than
+    /// the index remembers).
+    fn resync_restarted_lanes(&self, recovery: &RecoveryCore) {
+        for (tier, seen) in StorageTier::ALL.into_iter().zip(&self.restarts_seen) {
+            let Some(pool) = self.index.tier(tier) else { continue };
+            let stats = pool.stats();
+            let before = seen.swap(stats.lane_restarts, Ordering::Relaxed);
+            let new = stats.lane_restarts.saturating_sub(before) as usize;
+            if new == 0 {
+                continue;
+            }
+            let workers: Vec<Worker> = if new <= stats.recent_restarts.len() {
+                let recent = &stats.recent_restarts[stats.recent_restarts.len() - new..];
+                recent.iter().flat_map(|restart| restart.cleared.iter().copied()).collect()
+            } else {
+                recovery.streams_of(tier).into_iter().map(|(worker, _)| worker).collect()
+            };
+            for worker in workers {
+                recovery.invalidate(worker, tier);
+            }
         }
     }
 

@@ -67,6 +67,8 @@ mod cost;
 mod error;
 mod kv_router;
 mod request;
+#[cfg(all(test, not(loom)))]
+mod restart_tests;
 mod rng;
 mod selector;
 mod sessions;
