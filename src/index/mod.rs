@@ -12,7 +12,7 @@ pub(crate) mod handback;
 mod held_blocks;
 mod holder_sets;
 mod lane;
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 pub(crate) use lane::INJECTED_PANIC;
 mod lane_trie;
 mod locals;
