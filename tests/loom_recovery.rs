@@ -35,6 +35,19 @@ fn recovery() -> Arc<EventRecovery<Sink>> {
     Arc::new(EventRecovery::new(sink, config).unwrap())
 }
 
+/// The due fetch runs on another thread while the engine clears its cache and stores again
+/// (both events delivered); then recovery settles and the index must equal the engine's record.
+fn fetch_racing_a_clear(recovery: &Arc<EventRecovery<Sink>>, engine: &Arc<LocalIndexer>) {
+    let fetcher = {
+        let (recovery, engine) = (recovery.clone(), engine.clone());
+        thread::spawn(move || recovery.run_pending(&*engine).unwrap())
+    };
+    recovery.ingest(engine.publish(KvEventData::Cleared)).unwrap();
+    recovery.ingest(engine.publish(store(3, None))).unwrap();
+    fetcher.join().unwrap();
+    settle_and_check(recovery, engine);
+}
+
 /// Runs recovery until quiet, then checks the index against the engine's record.
 fn settle_and_check(recovery: &EventRecovery<Sink>, engine: &LocalIndexer) {
     while !recovery.stats().settled() {
@@ -61,14 +74,7 @@ fn an_incremental_fetch_racing_a_cleared_barrier() {
         let _lost = engine.publish(store(1, None));
         recovery.ingest(engine.publish(store(2, Some(101)))).unwrap();
         // The fetch may read the engine's record before or after it clears.
-        let fetcher = {
-            let (recovery, engine) = (recovery.clone(), engine.clone());
-            thread::spawn(move || recovery.run_pending(&*engine).unwrap())
-        };
-        recovery.ingest(engine.publish(KvEventData::Cleared)).unwrap();
-        recovery.ingest(engine.publish(store(3, None))).unwrap();
-        fetcher.join().unwrap();
-        settle_and_check(&recovery, &engine);
+        fetch_racing_a_clear(&recovery, &engine);
     });
 }
 
@@ -81,13 +87,6 @@ fn a_full_restore_racing_a_cleared_barrier() {
             Arc::new(LocalIndexer::new(Worker::new(1, 0), StorageTier::Device, 16).unwrap());
         let recovery = recovery();
         recovery.ingest(engine.publish(store(1, None))).unwrap();
-        let fetcher = {
-            let (recovery, engine) = (recovery.clone(), engine.clone());
-            thread::spawn(move || recovery.run_pending(&*engine).unwrap())
-        };
-        recovery.ingest(engine.publish(KvEventData::Cleared)).unwrap();
-        recovery.ingest(engine.publish(store(3, None))).unwrap();
-        fetcher.join().unwrap();
-        settle_and_check(&recovery, &engine);
+        fetch_racing_a_clear(&recovery, &engine);
     });
 }
