@@ -19,6 +19,17 @@ fn blocks(values: &[u64]) -> Vec<SequenceHash> {
     values.iter().copied().map(SequenceHash).collect()
 }
 
+/// Worker 0 and a worker in another shard, both registered.
+fn workers_on_two_shards(fleet: &MultiWorkerSequences) -> (Worker, Worker) {
+    let a = Worker::new(0, 0);
+    let b = (1..64)
+        .map(|id| Worker::new(id, 0))
+        .find(|&w| fleet.shard_of(w) != fleet.shard_of(a))
+        .expect("some worker hashes to the other shard");
+    fleet.update_workers([a, b]);
+    (a, b)
+}
+
 /// A tracker of two workers that live in different shards.
 fn two_shard_fleet() -> (MultiWorkerSequences, Worker, Worker) {
     let fleet = MultiWorkerSequences::builder(1)
@@ -27,12 +38,7 @@ fn two_shard_fleet() -> (MultiWorkerSequences, Worker, Worker) {
         .expiry(None)
         .build()
         .expect("config");
-    let a = Worker::new(0, 0);
-    let b = (1..64)
-        .map(|id| Worker::new(id, 0))
-        .find(|&w| fleet.shard_of(w) != fleet.shard_of(a))
-        .expect("some worker hashes to the other shard");
-    fleet.update_workers([a, b]);
+    let (a, b) = workers_on_two_shards(&fleet);
     (fleet, a, b)
 }
 
@@ -125,12 +131,7 @@ fn replica_fleet() -> (Arc<MultiWorkerSequences>, Outbox, Worker, Worker) {
         .peer_lanes(1, 1)
         .build()
         .expect("config");
-    let a = Worker::new(0, 0);
-    let b = (1..64)
-        .map(|id| Worker::new(id, 0))
-        .find(|&w| fleet.shard_of(w) != fleet.shard_of(a))
-        .expect("some worker hashes to the other shard");
-    fleet.update_workers([a, b]);
+    let (a, b) = workers_on_two_shards(&fleet);
     (Arc::new(fleet), outbox, a, b)
 }
 
