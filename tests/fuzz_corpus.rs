@@ -1,12 +1,23 @@
 //! Replays the fuzz target's check on stable: every input checked in under
-//! `fuzz/corpus/index_ops/`, plus fixed-seed pseudo-random inputs.
+//! `fuzz/corpus/index_ops/`, plus fixed-seed pseudo-random inputs, each with the pool's lanes on
+//! threads and again inline.
 
-#[allow(dead_code)] // this test uses `check` only
+#[allow(dead_code)] // this test uses `check_as` only
 #[path = "../fuzz/fuzz_targets/index_ops_check.rs"]
 mod index_ops_check;
 
 use std::fs;
 use std::path::Path;
+
+use kvroute::index::LaneMode;
+
+/// Checks `data` in both lane modes.
+fn check_both(data: &[u8]) -> Result<(), String> {
+    for mode in [LaneMode::Threads, LaneMode::Inline] {
+        index_ops_check::check_as(data, mode).map_err(|e| format!("{mode:?}: {e}"))?;
+    }
+    Ok(())
+}
 
 #[test]
 fn checked_in_corpus_agrees_with_the_reference() {
@@ -18,7 +29,7 @@ fn checked_in_corpus_agrees_with_the_reference() {
             continue;
         }
         let data = fs::read(&path).unwrap();
-        if let Err(disagreement) = index_ops_check::check(&data) {
+        if let Err(disagreement) = check_both(&data) {
             panic!("{}: {disagreement}", path.display());
         }
         replayed += 1;
@@ -39,7 +50,7 @@ fn fixed_seed_inputs_agree_with_the_reference() {
                 state as u8
             })
             .collect();
-        if let Err(disagreement) = index_ops_check::check(&data) {
+        if let Err(disagreement) = check_both(&data) {
             panic!("case {case} ({data:?}): {disagreement}");
         }
     }

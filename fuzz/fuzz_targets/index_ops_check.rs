@@ -2,13 +2,13 @@
 //! against the reference. Shared by the fuzz target and `tests/fuzz_corpus.rs`.
 
 use kvroute::hash::next_sequence_hash;
-use kvroute::index::{EventPool, PoolConfig, ReferenceIndex};
+use kvroute::index::{EventPool, LaneMode, PoolConfig, ReferenceIndex};
 use kvroute::{
     ApplyErrorKind, LocalBlockHash, RouterEvent, SequenceHash, StoredBlock, Worker, WorkerId,
 };
 
-/// Operations per input: enough for rich histories of four workers, few enough (each
-/// removal is a round trip to the lanes) for the fuzzer to run over a thousand inputs a second.
+/// Operations per input: enough for rich histories of four workers, few enough for the fuzzer
+/// to run over a thousand inputs a second.
 const MAX_OPS: usize = 96;
 
 /// Lanes per input, by its first byte: mostly one or two (a 2-core machine runs them in
@@ -170,32 +170,56 @@ pub fn held_paths(
     all
 }
 
-/// Runs `data` through both indexes; describes the first disagreement. Queries follow the
-/// reference's held paths up to 6 blocks deep (see [`held_paths`]).
-pub fn check(data: &[u8]) -> Result<(), String> {
-    let (lanes, dictionary, ops) = decode(data);
-    check_ops_with(lanes, &ops, |reference| held_paths(reference, &dictionary.locals, 6))
+/// Where an input's lanes run: on threads of their own when its last byte is 7 modulo 8 (one
+/// input in eight), else on the checking thread ([`LaneMode::Inline`]: the same lane code with
+/// no thread wakeups, several times faster). Both modes apply the same lane code; the threaded
+/// share keeps the queues, round trips and lane restarts of the threaded pool in every run.
+pub fn mode_of(data: &[u8]) -> LaneMode {
+    match data.last() {
+        Some(last) if last % 8 == 7 => LaneMode::Threads,
+        _ => LaneMode::Inline,
+    }
 }
 
-/// Applies `ops` to an [`EventPool`] with `lanes` lanes and to the reference; after a flush,
-/// compares error counts, snapshots, every query over `0..locals` up to `depth` blocks (with and
-/// without early exit) and the state the pool's dump rebuilds. Describes the first disagreement.
+/// Runs `data` through both indexes, the pool's lanes in the mode the input asks for
+/// ([`mode_of`]); describes the first disagreement.
+pub fn check(data: &[u8]) -> Result<(), String> {
+    check_as(data, mode_of(data))
+}
+
+/// [`check`] with the lanes in `mode`. Queries follow the reference's held paths up to 6
+/// blocks deep (see [`held_paths`]).
+pub fn check_as(data: &[u8], mode: LaneMode) -> Result<(), String> {
+    let (lanes, dictionary, ops) = decode(data);
+    let config = PoolConfig { lanes, mode, ..PoolConfig::default() };
+    check_ops_with(config, &ops, |reference| held_paths(reference, &dictionary.locals, 6))
+}
+
+/// Applies `ops` to an [`EventPool`] with `lanes` lanes (on threads, then again inline) and to
+/// the reference; after a flush, compares error counts, snapshots, every query over `0..locals`
+/// up to `depth` blocks (with and without early exit) and the state the pool's dump rebuilds.
+/// Describes the first disagreement.
 pub fn check_ops(lanes: usize, ops: &[Op], locals: u64, depth: usize) -> Result<(), String> {
     check_ops_on(lanes, ops, &queries(locals, depth))
 }
 
 /// [`check_ops`] with the given queries.
 pub fn check_ops_on(lanes: usize, ops: &[Op], all: &[Vec<LocalBlockHash>]) -> Result<(), String> {
-    check_ops_with(lanes, ops, |_| all.to_vec())
+    for mode in [LaneMode::Threads, LaneMode::Inline] {
+        let config = PoolConfig { lanes, mode, ..PoolConfig::default() };
+        check_ops_with(config, ops, |_| all.to_vec()).map_err(|e| format!("{mode:?}: {e}"))?;
+    }
+    Ok(())
 }
 
-/// [`check_ops`] with the queries `queries` picks once the reference has applied `ops`.
+/// Applies `ops` to an [`EventPool`] set up by `config` and to the reference, and compares them
+/// (see [`check_ops`]) on the queries `queries` picks once the reference has applied `ops`.
 pub fn check_ops_with(
-    lanes: usize,
+    config: PoolConfig,
     ops: &[Op],
     queries: impl FnOnce(&ReferenceIndex) -> Vec<Vec<LocalBlockHash>>,
 ) -> Result<(), String> {
-    let pool = EventPool::new(PoolConfig { lanes, ..PoolConfig::default() });
+    let pool = EventPool::new(config);
     let pool = pool.map_err(|e| e.to_string())?;
     let mut reference = ReferenceIndex::new();
     let mut errors = [0u64; ApplyErrorKind::ALL.len()];

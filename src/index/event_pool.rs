@@ -14,7 +14,7 @@ use crate::index::run_table::{RunTable, RunTableWriter};
 use crate::index::spent::{HANDED_MAX, SpentList};
 use crate::index::{IndexSnapshot, OverlapScores, PoolConfigError};
 use crate::mix::Mixer;
-use crate::pool::{LaneDown, StickyPool, TrySend};
+use crate::pool::{LaneDown, LaneMode, Lanes, TrySend};
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering, epoch};
 
 /// How an [`EventPool`] is set up.
@@ -39,11 +39,21 @@ pub struct PoolConfig {
     ///
     /// [`ApplyError::TooManyBlocks`]: crate::ApplyError::TooManyBlocks
     pub max_event_blocks: usize,
+    /// Whether the lanes are threads of their own (the default) or apply each event on the
+    /// thread that hands it over ([`LaneMode::Inline`]: no threads, deterministic, and an event
+    /// is visible to queries as soon as `apply` returns).
+    pub mode: LaneMode,
 }
 
 impl Default for PoolConfig {
     fn default() -> Self {
-        Self { lanes: 2, queue_capacity: 8192, max_workers: 4096, max_event_blocks: 16_384 }
+        Self {
+            lanes: 2,
+            queue_capacity: 8192,
+            max_workers: 4096,
+            max_event_blocks: 16_384,
+            mode: LaneMode::Threads,
+        }
     }
 }
 
@@ -140,7 +150,7 @@ impl PoolStats {
 /// ```
 pub struct EventPool {
     tables: Vec<Arc<RunTable>>,
-    lanes: StickyPool<IndexLane>,
+    lanes: Lanes<IndexLane>,
     counters: Vec<Arc<CachePadded<LaneCounters>>>,
     /// Block lists of the events each lane has applied, for the producers to free.
     spent: Vec<Arc<Handback<SpentList>>>,
@@ -168,7 +178,7 @@ impl EventPool {
         let spent: Vec<_> = (0..lanes).map(|_| Arc::new(Handback::new(HANDED_MAX))).collect();
         let restarts = Arc::new(Mutex::new(RestartLog::default()));
         let routes = Arc::new(Routes::new(lanes));
-        let pool = StickyPool::new(lanes, config.queue_capacity, |lane| {
+        let pool = Lanes::new(config.mode, lanes, config.queue_capacity, |lane| {
             let table = writers[lane].take().expect("one lane per writer");
             let counters = counters[lane].clone();
             let log = (lane, restarts.clone(), routes.clone());
@@ -379,7 +389,17 @@ mod tests {
     /// workers: they drop out of answers, are reported, and the lane (and every call) goes on.
     #[test]
     fn a_lane_panic_clears_its_workers_and_the_lane_goes_on() {
-        let pool = EventPool::new(PoolConfig { lanes: 2, ..PoolConfig::default() }).unwrap();
+        a_lane_panic_clears_its_workers_and_the_lane_goes_on_in(LaneMode::Threads);
+    }
+
+    /// The same on lanes driven by the caller.
+    #[test]
+    fn an_inline_lane_panic_clears_its_workers_and_the_lane_goes_on() {
+        a_lane_panic_clears_its_workers_and_the_lane_goes_on_in(LaneMode::Inline);
+    }
+
+    fn a_lane_panic_clears_its_workers_and_the_lane_goes_on_in(mode: LaneMode) {
+        let pool = EventPool::new(PoolConfig { lanes: 2, mode, ..PoolConfig::default() }).unwrap();
         // New workers go to the least loaded lane: a and c share one, b has the other.
         let (a, b, c) = (Worker::new(1, 0), Worker::new(2, 0), Worker::new(3, 0));
         for (worker, depth) in [(a, 2), (b, 3), (c, 1)] {

@@ -1,7 +1,8 @@
 //! Prefix indexes: which worker holds which KV block.
 //!
 //! - [`EventPool`] is the concurrent index: lock-free queries on the caller's thread, events
-//!   applied by sticky per-worker lanes.
+//!   applied by sticky per-worker lanes (threads of their own, or the callers' in
+//!   [`LaneMode::Inline`]).
 //! - [`TieredIndex`] keeps one [`EventPool`] per storage tier and scores the lower tiers as
 //!   continuations of the device match.
 //! - [`ReferenceIndex`] is the single-threaded oracle: short and obviously correct; every faster
@@ -30,6 +31,7 @@ mod worker_dump;
 
 use std::collections::BTreeMap;
 
+pub use crate::pool::LaneMode;
 pub use crate::scores::OverlapScores;
 pub use event_pool::{EventPool, PoolConfig, PoolStats, SubmitError};
 pub use pool_config::{MAX_EVENT_BLOCKS, MAX_LANES, MAX_QUEUE_CAPACITY, PoolConfigError};

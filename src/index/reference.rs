@@ -4,7 +4,12 @@
 //! speed: one node per block, children by content hash, a set of holders per node, and per worker
 //! a map from the engine's hash to the node.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The reference's hash maps: std's, with a faster (still seeded) hasher than SipHash, so
+/// checks that ask it many questions (the fuzz targets) run more inputs a second.
+type HashMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
+type HashSet<K> = std::collections::HashSet<K, ahash::RandomState>;
 
 use crate::event::{ApplyError, KvEventData, RouterEvent, SequenceHash, StoredBlock, Worker};
 use crate::event::{LocalBlockHash, WorkerId};
@@ -40,10 +45,14 @@ impl Default for ReferenceIndex {
             local: LocalBlockHash(0),
             seq: SequenceHash(0),
             parent: ROOT,
-            children: HashMap::new(),
+            children: HashMap::default(),
             holders: BTreeSet::new(),
         };
-        Self { nodes: HashMap::from([(ROOT, root)]), next_id: ROOT + 1, workers: BTreeMap::new() }
+        Self {
+            nodes: HashMap::from_iter([(ROOT, root)]),
+            next_id: ROOT + 1,
+            workers: BTreeMap::new(),
+        }
     }
 }
 
@@ -76,7 +85,7 @@ impl ReferenceIndex {
         parent: Option<SequenceHash>,
         blocks: &[StoredBlock],
     ) -> Result<(), ApplyError> {
-        let empty = HashMap::new();
+        let empty = HashMap::default();
         let held = self.workers.get(&worker).unwrap_or(&empty);
         let start = match parent {
             None => ROOT,
@@ -85,7 +94,7 @@ impl ReferenceIndex {
             }
         };
         // Validate the whole chain before changing anything.
-        let mut in_batch = HashSet::new();
+        let mut in_batch = HashSet::default();
         let mut at = Some(start);
         for block in blocks {
             let next = at.and_then(|node| self.nodes[&node].children.get(&block.local).copied());
@@ -119,7 +128,8 @@ impl ReferenceIndex {
         self.next_id += 1;
         let parent_seq = (parent != ROOT).then(|| self.nodes[&parent].seq);
         let seq = next_sequence_hash(parent_seq, local);
-        let node = Node { local, seq, parent, children: HashMap::new(), holders: BTreeSet::new() };
+        let node =
+            Node { local, seq, parent, children: HashMap::default(), holders: BTreeSet::new() };
         self.nodes.insert(id, node);
         self.nodes.get_mut(&parent).expect("parent exists").children.insert(local, id);
         id

@@ -1,12 +1,19 @@
 //! The sticky lane pool: a fixed set of OS threads ("lanes"), each draining its own bounded
 //! queue, that apply one worker's index events (or one request's peer events) in order and
-//! different ones in parallel. `lanes.rs` is the pool itself, private to the crate; what callers
-//! of the index and the load tracker meet of it is here: [`LaneDown`] when a lane has stopped,
-//! and [`SpawnError`] when the OS would not start one.
+//! different ones in parallel. `lanes.rs` is the pool itself, private to the crate;
+//! `inline.rs` the same lanes driven on the callers' threads instead, and `mode.rs` the choice
+//! between the two ([`LaneMode`]). What callers of the index and the load tracker meet of it is
+//! here: [`LaneMode`], [`LaneDown`] when a lane has stopped, and [`SpawnError`] when the OS
+//! would not start one.
 
 use std::fmt;
 
+mod inline;
 mod lanes;
+mod mode;
+
+pub use mode::LaneMode;
+pub(crate) use mode::Lanes;
 
 #[cfg(not(loom))]
 pub(crate) use lanes::{Lane, StickyPool, TrySend};

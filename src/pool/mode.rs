@@ -1,0 +1,102 @@
+//! [`LaneMode`]: whether a pool's lanes run on threads of their own or on the callers', and
+//! [`Lanes`], the pool that is either.
+
+use super::LaneDown;
+use super::SpawnError;
+use super::inline::InlineLanes;
+use super::lanes::{Lane, StickyPool, TrySend};
+
+/// Where the lanes of a pool apply what they are sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum LaneMode {
+    /// Each lane is an OS thread draining its own queue: senders return at once and lanes work
+    /// in parallel. The default.
+    #[default]
+    Threads,
+    /// No threads: each event or task is applied on the caller's thread before the call
+    /// returns (one caller at a time per lane, behind a mutex). Deterministic and free of
+    /// wakeups, for single-threaded embedders, simulations, replays and fuzzing; slower per
+    /// event for a producer that could have handed the work to another core.
+    Inline,
+}
+
+/// A pool of lanes in either [`LaneMode`]; the methods are those of [`StickyPool`].
+pub(crate) enum Lanes<L: Lane> {
+    Threads(StickyPool<L>),
+    Inline(InlineLanes<L>),
+}
+
+impl<L: Lane> Lanes<L> {
+    /// `lanes` lanes with queues of `queue_capacity` messages (threads only) and the states
+    /// `make_lane(lane_index)`.
+    pub(crate) fn new(
+        mode: LaneMode,
+        lanes: usize,
+        queue_capacity: usize,
+        make_lane: impl FnMut(usize) -> L,
+    ) -> Result<Self, SpawnError> {
+        Ok(match mode {
+            LaneMode::Threads => Self::Threads(StickyPool::new(lanes, queue_capacity, make_lane)?),
+            LaneMode::Inline => Self::Inline(InlineLanes::new(lanes, make_lane)),
+        })
+    }
+
+    pub(crate) fn lanes(&self) -> usize {
+        match self {
+            Self::Threads(pool) => pool.lanes(),
+            Self::Inline(pool) => pool.lanes(),
+        }
+    }
+
+    pub(crate) fn send_with(
+        &self,
+        lane: usize,
+        message: L::Message,
+        while_waiting: impl FnMut(),
+    ) -> Result<(), LaneDown> {
+        match self {
+            Self::Threads(pool) => pool.send_with(lane, message, while_waiting),
+            Self::Inline(pool) => pool.send(lane, message),
+        }
+    }
+
+    pub(crate) fn try_send(
+        &self,
+        lane: usize,
+        message: L::Message,
+    ) -> Result<(), TrySend<L::Message>> {
+        match self {
+            Self::Threads(pool) => pool.try_send(lane, message),
+            Self::Inline(pool) => pool.try_send(lane, message),
+        }
+    }
+
+    pub(crate) fn run_on_lane<R, F>(&self, lane: usize, task: F) -> Result<R, LaneDown>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut L) -> R + Send + 'static,
+    {
+        match self {
+            Self::Threads(pool) => pool.run_on_lane(lane, task),
+            Self::Inline(pool) => pool.run_on_lane(lane, task),
+        }
+    }
+
+    pub(crate) fn run_on_all<R, F>(&self, task: F) -> Result<Vec<R>, LaneDown>
+    where
+        R: Send + 'static,
+        F: Fn(&mut L) -> R + Send + Sync + Clone + 'static,
+    {
+        match self {
+            Self::Threads(pool) => pool.run_on_all(task),
+            Self::Inline(pool) => pool.run_on_all(task),
+        }
+    }
+
+    pub(crate) fn flush(&self) -> Result<(), LaneDown> {
+        match self {
+            Self::Threads(pool) => pool.flush(),
+            Self::Inline(pool) => pool.flush(),
+        }
+    }
+}
