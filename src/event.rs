@@ -247,6 +247,17 @@ pub enum ApplyError {
         /// The most one event may carry.
         limit: usize,
     },
+    /// The worker's lane of the index holds as many blocks as it can address (node ids and run
+    /// offsets are 32-bit; see [`crate::index::MAX_LANE_BLOCKS`]); nothing was stored. Removals
+    /// make room again.
+    IndexFull {
+        /// The worker.
+        worker: Worker,
+        /// The event's blocks.
+        blocks: usize,
+        /// The most blocks one lane holds.
+        capacity: usize,
+    },
 }
 
 impl ApplyError {
@@ -259,6 +270,7 @@ impl ApplyError {
             Self::UnknownWorker { .. } => ApplyErrorKind::UnknownWorker,
             Self::TooManyWorkers { .. } => ApplyErrorKind::TooManyWorkers,
             Self::TooManyBlocks { .. } => ApplyErrorKind::TooManyBlocks,
+            Self::IndexFull { .. } => ApplyErrorKind::IndexFull,
         }
     }
 }
@@ -282,6 +294,10 @@ impl fmt::Display for ApplyError {
             Self::TooManyBlocks { worker, blocks, limit } => {
                 write!(f, "worker {worker}: event of {blocks} blocks rejected (at most {limit})")
             }
+            Self::IndexFull { worker, blocks, capacity } => write!(
+                f,
+                "worker {worker}: {blocks} blocks rejected: its lane holds the most it can ({capacity})"
+            ),
         }
     }
 }
@@ -304,17 +320,20 @@ pub enum ApplyErrorKind {
     TooManyWorkers,
     /// See [`ApplyError::TooManyBlocks`].
     TooManyBlocks,
+    /// See [`ApplyError::IndexFull`].
+    IndexFull,
 }
 
 impl ApplyErrorKind {
     /// Every kind, in counter order.
-    pub const ALL: [ApplyErrorKind; 6] = [
+    pub const ALL: [ApplyErrorKind; 7] = [
         Self::UnknownParent,
         Self::HashConflict,
         Self::UnknownBlocks,
         Self::UnknownWorker,
         Self::TooManyWorkers,
         Self::TooManyBlocks,
+        Self::IndexFull,
     ];
 
     /// The kind's position in [`Self::ALL`].

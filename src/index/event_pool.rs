@@ -7,6 +7,7 @@ use crossbeam_utils::CachePadded;
 use crate::event::{ApplyErrorKind, LocalBlockHash, RouterEvent, Worker, WorkerId};
 use crate::index::handback::Handback;
 use crate::index::lane::{IndexLane, LaneCounters, WorkerBudget};
+use crate::index::lane_trie::{LaneTrie, TrieLimits};
 use crate::index::restarts::{LaneRestart, RestartLog};
 use crate::index::routes::Routes;
 use crate::index::run::walk;
@@ -167,6 +168,11 @@ impl EventPool {
     /// Checks `config` ([`PoolConfig::validate`]) and starts the lanes. Fails with a typed
     /// error, leaving nothing running, on bad sizes or when the OS will not start a thread.
     pub fn new(config: PoolConfig) -> Result<Self, PoolConfigError> {
+        Self::with_limits(config, TrieLimits::default())
+    }
+
+    /// [`Self::new`] with the lanes' trees limited to `limits` (tests shrink them).
+    fn with_limits(config: PoolConfig, limits: TrieLimits) -> Result<Self, PoolConfigError> {
         config.validate()?;
         let lanes = config.lanes;
         let budget = Arc::new(WorkerBudget { known: AtomicUsize::new(0), max: config.max_workers });
@@ -180,9 +186,10 @@ impl EventPool {
         let routes = Arc::new(Routes::new(lanes));
         let pool = Lanes::new(config.mode, lanes, config.queue_capacity, |lane| {
             let table = writers[lane].take().expect("one lane per writer");
+            let trie = LaneTrie::with_limits(table, limits);
             let counters = counters[lane].clone();
             let log = (lane, restarts.clone(), routes.clone());
-            IndexLane::new(log, mixer, table, budget.clone(), counters, spent[lane].clone())
+            IndexLane::new(log, mixer, trie, budget.clone(), counters, spent[lane].clone())
         })?;
         Ok(Self {
             tables,
@@ -374,7 +381,9 @@ impl fmt::Debug for EventPool {
 mod tests {
     use super::*;
     use crate::event::{SequenceHash, StoredBlock};
+    use crate::index::ReferenceIndex;
     use crate::index::lane::INJECTED_PANIC;
+    use crate::index::lane_trie::MAX_RUN_BLOCKS;
 
     fn chain(depth: u64) -> Vec<LocalBlockHash> {
         (1..=depth).map(LocalBlockHash).collect()
@@ -435,6 +444,80 @@ mod tests {
         assert_eq!((scores.get(a), scores.get(b)), (1, 2));
         assert_eq!(pool.remove_worker(a.id), Ok(1));
         assert_eq!(pool.workers().unwrap(), vec![b]);
+    }
+
+    /// A chain of `events` events of three blocks each (contents 1, 2, …), every one
+    /// continuing the last.
+    fn long_chain(worker: Worker, events: u64) -> Vec<RouterEvent> {
+        (0..events)
+            .map(|id| {
+                let blocks = (3 * id + 1..=3 * id + 3).map(|i| StoredBlock::new(i, 1000 + i));
+                let parent = (id > 0).then(|| SequenceHash(1000 + 3 * id));
+                RouterEvent::stored(worker, id, parent, blocks.collect())
+            })
+            .collect()
+    }
+
+    /// #18 item 4: however long a worker's chain grows, no run outgrows the run limit (run
+    /// offsets are 32-bit): appending past it starts a new run, and the answers stay right.
+    #[test]
+    fn chains_longer_than_the_run_limit_go_on_in_new_runs() {
+        let worker = Worker::new(1, 0);
+        for (mode, max_run_blocks) in
+            [(LaneMode::Inline, 8), (LaneMode::Threads, 8), (LaneMode::Inline, MAX_RUN_BLOCKS)]
+        {
+            let limits = TrieLimits { max_run_blocks, ..TrieLimits::default() };
+            let config = PoolConfig { lanes: 1, mode, ..PoolConfig::default() };
+            let pool = EventPool::with_limits(config, limits).unwrap();
+            let mut reference = ReferenceIndex::new();
+            for event in long_chain(worker, 17) {
+                reference.apply(&event).unwrap();
+                pool.apply(event).unwrap();
+            }
+            pool.flush().unwrap();
+            assert_eq!(pool.stats().errors, [0; ApplyErrorKind::ALL.len()]);
+            for depth in [1, 8, 9, 50, 51, 52] {
+                let query = chain(depth);
+                assert_eq!(pool.find_matches(&query), reference.find_matches(&query));
+            }
+            assert_eq!(pool.find_matches(&chain(60)).get(worker), 51);
+            assert_eq!(pool.snapshot().unwrap(), reference.snapshot());
+            let longest = pool.lanes.run_on_lane(0, |lane| lane.longest_run()).unwrap();
+            assert!(longest <= max_run_blocks, "{mode:?}: a run of {longest}");
+            // Without the limit the chain is one run: the limit is what splits it.
+            if max_run_blocks > 51 {
+                assert_eq!(longest, 51);
+            }
+        }
+    }
+
+    /// #18 item 4: a lane that holds the most blocks it can address rejects a `Stored` that
+    /// would take it further with a typed error, changes nothing, and takes blocks again once
+    /// removals make room.
+    #[test]
+    fn a_full_lane_rejects_more_blocks_and_takes_them_once_there_is_room() {
+        let (a, b) = (Worker::new(1, 0), Worker::new(2, 0));
+        for mode in [LaneMode::Inline, LaneMode::Threads] {
+            let limits = TrieLimits { max_nodes: 10, ..TrieLimits::default() };
+            let config = PoolConfig { lanes: 1, mode, ..PoolConfig::default() };
+            let pool = EventPool::with_limits(config, limits).unwrap();
+            pool.apply(store(a, 0, 8)).unwrap();
+            pool.apply(store(b, 0, 3)).unwrap();
+            pool.flush().unwrap();
+            assert_eq!(pool.stats().errors_of(ApplyErrorKind::IndexFull), 1, "{mode:?}");
+            assert_eq!(pool.workers().unwrap(), vec![a]);
+            assert_eq!(pool.stats().live_entries, 8);
+            let scores = pool.find_matches(&chain(8));
+            assert_eq!((scores.get(a), scores.get(b)), (8, 0));
+            // a evicts its last five blocks: room for b's three.
+            let evicted = (4..=8).rev().map(|i| SequenceHash(100 + i)).collect();
+            pool.apply(RouterEvent::removed(a, 1, evicted)).unwrap();
+            pool.apply(store(b, 1, 3)).unwrap();
+            pool.flush().unwrap();
+            let scores = pool.find_matches(&chain(8));
+            assert_eq!((scores.get(a), scores.get(b)), (3, 3), "{mode:?}");
+            assert_eq!(pool.stats().errors_of(ApplyErrorKind::IndexFull), 1);
+        }
     }
 
     /// Polls `ready` for up to five seconds (routes are dropped once a lane is idle).

@@ -21,7 +21,6 @@ use crate::index::held_blocks::HeldBlocks;
 use crate::index::lane_trie::{LaneTrie, NodeId, shed};
 use crate::index::restarts::{LaneRestart, RestartLog};
 use crate::index::routes::Routes;
-use crate::index::run_table::RunTableWriter;
 use crate::index::spent::{SPENT_BATCH, SpentList};
 use crate::index::worker_dump::dump_worker;
 use crate::mix::Mixer;
@@ -174,7 +173,7 @@ impl IndexLane {
     pub(crate) fn new(
         (lane, restarts, routes): (usize, Arc<Mutex<RestartLog>>, Arc<Routes>),
         mixer: Mixer,
-        table: RunTableWriter,
+        trie: LaneTrie,
         budget: Arc<WorkerBudget>,
         counters: Arc<CachePadded<LaneCounters>>,
         spent_out: Arc<Handback<SpentList>>,
@@ -184,7 +183,7 @@ impl IndexLane {
             restarts,
             routes,
             gone: HashSet::default(),
-            trie: LaneTrie::new(table),
+            trie,
             workers: HashMap::default(),
             mixer,
             budget,
@@ -242,6 +241,12 @@ impl IndexLane {
                 }
             }
         };
+        if blocks.len() > self.trie.room() {
+            // Blocks already in the tree would take no room, so this may refuse a little early;
+            // it never lets ids or offsets overflow.
+            let capacity = self.trie.capacity();
+            return Err(ApplyError::IndexFull { worker, blocks: blocks.len(), capacity });
+        }
         let created = !self.workers.contains_key(&worker);
         if created && self.budget.known.fetch_add(1, Ordering::Relaxed) >= self.budget.max {
             self.budget.known.fetch_sub(1, Ordering::Relaxed);
@@ -420,6 +425,12 @@ impl IndexLane {
     }
 
     /// The lane's workers.
+    /// The longest run of the lane's tree, for tests.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn longest_run(&self) -> usize {
+        self.trie.longest_run()
+    }
+
     pub(crate) fn workers(&self) -> impl Iterator<Item = Worker> + '_ {
         self.workers.keys().copied()
     }

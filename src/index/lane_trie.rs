@@ -41,6 +41,25 @@ pub(crate) const BUFFER_KEEP: usize = 4096;
 /// least a quarter of the result, a new run is cheaper.
 const COPY_APPEND_LIMIT: usize = 256;
 
+/// The most blocks one run may hold: appending to a run that would grow past it starts a new
+/// run instead, so run offsets (32-bit) never overflow, however long a worker's chain grows.
+pub(crate) const MAX_RUN_BLOCKS: usize = 1 << 31;
+
+/// How large a lane's tree may grow. Node and run ids and offsets are 32-bit (and each run has
+/// a node), so a lane holds at most [`crate::index::MAX_LANE_BLOCKS`] nodes; tests shrink both
+/// limits to reach them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TrieLimits {
+    pub(crate) max_run_blocks: usize,
+    pub(crate) max_nodes: usize,
+}
+
+impl Default for TrieLimits {
+    fn default() -> Self {
+        Self { max_run_blocks: MAX_RUN_BLOCKS, max_nodes: crate::index::MAX_LANE_BLOCKS }
+    }
+}
+
 /// Where a node sits, and the name (engine hash) its first holder gave it.
 #[derive(Clone, Copy, Debug, Default)]
 struct NodePos {
@@ -80,10 +99,17 @@ pub(crate) struct LaneTrie {
     retired: Reclaimer,
     /// The next tail id to give out (never reused; [`ROOT_TAIL`] is below the first).
     next_tail: u64,
+    limits: TrieLimits,
 }
 
 impl LaneTrie {
+    /// A tree with the real limits (the lanes pass theirs to [`Self::with_limits`]).
+    #[cfg(any(test, loom))]
     pub(crate) fn new(table: RunTableWriter) -> Self {
+        Self::with_limits(table, TrieLimits::default())
+    }
+
+    pub(crate) fn with_limits(table: RunTableWriter, limits: TrieLimits) -> Self {
         Self {
             table,
             runs: Vec::new(),
@@ -97,7 +123,25 @@ impl LaneTrie {
             holder_sets: HolderSets::default(),
             retired: Reclaimer::default(),
             next_tail: ROOT_TAIL + 1,
+            limits,
         }
+    }
+
+    /// How many more nodes the tree may take ([`TrieLimits::max_nodes`] less the live ones).
+    pub(crate) fn room(&self) -> usize {
+        let live = self.nodes.len() - self.free_nodes.len();
+        self.limits.max_nodes.saturating_sub(live)
+    }
+
+    /// The most nodes the tree takes.
+    pub(crate) fn capacity(&self) -> usize {
+        self.limits.max_nodes
+    }
+
+    /// The longest run's length, for tests.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn longest_run(&self) -> usize {
+        self.runs.iter().flatten().map(|meta| meta.ids.len()).max().unwrap_or(0)
     }
 
     /// A tail id no run has had.
@@ -345,6 +389,7 @@ impl LaneTrie {
         meta.children.is_empty()
             && *state.members == [worker]
             && (have + len <= COPY_APPEND_LIMIT || have <= 4 * len)
+            && have + len <= self.limits.max_run_blocks
     }
 
     /// Drops `worker` as a holder of `nodes`, all of which it holds.

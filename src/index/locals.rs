@@ -22,6 +22,8 @@ pub(crate) struct Locals {
 impl Locals {
     /// A fresh allocation holding `values`.
     pub(crate) fn new(values: &[u64]) -> Self {
+        // Never fails: runs hold at most MAX_RUN_BLOCKS (appends) or MAX_EVENT_BLOCKS (one
+        // event's new branch) blocks, both below 2^32.
         let len = u32::try_from(values.len()).expect("a run of fewer than 2^32 blocks");
         Self { buffer: shared_slice(values), start: 0, len }
     }

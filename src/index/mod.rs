@@ -34,7 +34,9 @@ use std::collections::BTreeMap;
 pub use crate::pool::LaneMode;
 pub use crate::scores::OverlapScores;
 pub use event_pool::{EventPool, PoolConfig, PoolStats, SubmitError};
-pub use pool_config::{MAX_EVENT_BLOCKS, MAX_LANES, MAX_QUEUE_CAPACITY, PoolConfigError};
+pub use pool_config::{
+    MAX_EVENT_BLOCKS, MAX_LANE_BLOCKS, MAX_LANES, MAX_QUEUE_CAPACITY, PoolConfigError,
+};
 pub use reference::ReferenceIndex;
 pub use restarts::LaneRestart;
 pub(crate) use tiered::TierScratch;

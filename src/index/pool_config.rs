@@ -20,6 +20,11 @@ pub const MAX_QUEUE_CAPACITY: usize = 1 << 24;
 /// no run a single event makes can outgrow the lanes' 32-bit lengths.
 pub const MAX_EVENT_BLOCKS: usize = 1 << 24;
 
+/// The most blocks (tree nodes) one lane holds: ids and offsets inside a lane are 32-bit. A
+/// `Stored` event that would take a lane past it is rejected
+/// ([`ApplyError::IndexFull`](crate::ApplyError::IndexFull)) and the lane stays as it was.
+pub const MAX_LANE_BLOCKS: usize = 1 << 31;
+
 /// Why a [`PoolConfig`] was rejected or its pool could not start. Nothing is left running.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
