@@ -204,7 +204,11 @@ impl LaneTrie {
 
     /// The current state of `run`; `guard` keeps it alive after a later change retires it.
     fn state<'g>(&self, run: RunId, guard: &'g Guard) -> &'g RunState {
-        self.meta(run).run.state.load(guard)
+        // SAFETY: a run's last count is always released through `retired`: the table's count
+        // is retired when the run is unlinked, before the lane drops its own `Arc` (in
+        // `remove_run` and `reset`; nothing else drops one). So the cell lives as long as any
+        // guard pinned before the unlinking, `guard` included.
+        unsafe { self.meta(run).run.state.load_pinned(guard) }
     }
 
     /// Live nodes.

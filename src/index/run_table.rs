@@ -162,13 +162,14 @@ impl RunTableWriter {
     /// it are gone.
     pub(crate) fn remove(&mut self, key: u64, run: &Run, guard: &Guard, retired: &mut Reclaimer) {
         let key = stored_key(key);
-        let current = self.0.current.load(guard);
-        let mut slots = current.probe(key, self.0.mixer);
         let wanted = std::ptr::from_ref(run).cast_mut();
-        let (slot, _) = slots
-            .find(|&(slot, found)| found == key && slot.run.load(Ordering::Relaxed) == wanted)
-            .expect("a live run is in the table under its key");
-        let run = slot.run.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        let run = {
+            let mut slots = self.0.current.load(guard).probe(key, self.0.mixer);
+            let (slot, _) = slots
+                .find(|&(slot, found)| found == key && slot.run.load(Ordering::Relaxed) == wanted)
+                .expect("a live run is in the table under its key");
+            slot.run.swap(std::ptr::null_mut(), Ordering::AcqRel)
+        };
         retired.retire(Box::new(OwnedRun(run)));
         let live = self.0.live.load(Ordering::Relaxed) - 1;
         self.0.live.store(live, Ordering::Relaxed);

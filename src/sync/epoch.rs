@@ -1,7 +1,11 @@
 //! Epoch-based publication of heap values that readers use without locks.
 //!
-//! One writer replaces a value; readers [`pin`] once per operation and
-//! [`Published::load`] it. What the writer unlinks goes to its [`Reclaimer`] and
+//! A writer replaces a value; readers [`pin`] once per operation and [`Published::load`] it.
+//! A loaded reference lives no longer than both the guard and the cell it came from (so a
+//! table dropped under a reader is a compile error, not a dangling read). Replacing is an
+//! atomic swap, so each old value is unlinked exactly once whoever replaces it: nothing about
+//! `Published` relies on there being one writer. What a writer unlinks goes to its
+//! [`Reclaimer`] and
 //! is freed on the writer's thread once every reader pinned before the unlinking has unpinned:
 //! while the writer lives, readers only ever run a flag store for it, never a destructor, so a
 //! query's latency does not depend on how much the writer retires. What a reclaimer still holds
@@ -109,23 +113,40 @@ mod imp {
             Self(Atomic::new(value))
         }
 
-        /// The current value.
-        pub fn load<'g>(&self, guard: &'g Guard) -> &'g T {
+        /// The current value, alive while both the guard and the cell are.
+        pub fn load<'g>(&'g self, guard: &'g Guard) -> &'g T {
             let shared = self.0.load(Ordering::Acquire, &guard.0);
             // SAFETY: the pointer is never null (set in `new`, swapped for non-null values in
-            // `replace`), and a replaced value is freed only by the reclaimer once every
-            // guard that could have loaded it is gone, so it outlives `'g`.
+            // `replace`). The value is freed either by a reclaimer, once every guard that
+            // could have loaded it is gone (it outlives the guard's `'g`), or by the cell's
+            // drop, which the borrow of `self` for `'g` rules out while the reference lives.
             unsafe { shared.deref() }
         }
 
-        /// Publishes `value` and retires the old one to the (only) writer's `reclaimer`.
+        /// [`Self::load`] for a writer whose borrow of the cell ends before the guard's: the
+        /// value stays alive for as long as the guard.
+        ///
+        /// # Safety
+        ///
+        /// The cell must not be dropped while `guard` lives: its owner must be freed only
+        /// through a [`Reclaimer`] (after the guards pinned before it was retired are gone).
+        pub unsafe fn load_pinned<'g>(&self, guard: &'g Guard) -> &'g T {
+            let shared = self.0.load(Ordering::Acquire, &guard.0);
+            // SAFETY: non-null, as in `load`; a replaced value outlives `'g` as in `load`, and
+            // the caller promises the cell itself does too.
+            unsafe { shared.deref() }
+        }
+
+        /// Publishes `value` and retires the old one to `reclaimer` (the caller's). Any thread
+        /// may replace: the swap hands each old value to exactly one caller.
         pub fn replace(&self, value: T, reclaimer: &mut Reclaimer) {
-            // SAFETY (unprotected): only the writer swaps this cell, and it takes the old
-            // value over at once; nothing is dereferenced under the unprotected guard.
+            // SAFETY (unprotected): nothing is dereferenced under the unprotected guard; the
+            // swap only returns the pointer it took out of the cell.
             let old =
                 self.0.swap(Owned::new(value), Ordering::AcqRel, unsafe { ce::unprotected() });
-            // SAFETY: `old` is unlinked (no later `load` returns it), came from `Owned` and
-            // is non-null; the reclaimer frees it only after readers that loaded it unpin.
+            // SAFETY: the swap unlinked `old` (no later `load` returns it) and gave it to this
+            // call alone, so it is owned once; it came from `Owned` and is non-null. The
+            // reclaimer frees it only after readers that may have loaded it unpin.
             let old = unsafe { old.into_owned() }.into_box();
             reclaimer.retire(old);
         }
@@ -197,10 +218,20 @@ mod imp {
             Self { current: AtomicPtr::new(Box::into_raw(Box::new(value))) }
         }
 
-        /// The current value.
-        pub fn load<'g>(&self, _guard: &'g Guard) -> &'g T {
+        /// The current value, alive while both the guard and the cell are.
+        pub fn load<'g>(&'g self, _guard: &'g Guard) -> &'g T {
             // SAFETY: non-null; a replaced value is kept by the reclaimer, which the models
             // drop only after their readers are joined.
+            unsafe { &*self.current.load(Ordering::Acquire) }
+        }
+
+        /// See the non-loom `load_pinned`.
+        ///
+        /// # Safety
+        ///
+        /// The cell must not be dropped while `guard` lives.
+        pub unsafe fn load_pinned<'g>(&self, _guard: &'g Guard) -> &'g T {
+            // SAFETY: as in `load`, and the caller keeps the cell alive for `'g`.
             unsafe { &*self.current.load(Ordering::Acquire) }
         }
 
