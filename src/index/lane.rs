@@ -424,13 +424,13 @@ impl IndexLane {
         self.remove_workers(|worker| worker.id == id)
     }
 
-    /// The lane's workers.
     /// The longest run of the lane's tree, for tests.
     #[cfg(all(test, not(loom)))]
     pub(crate) fn longest_run(&self) -> usize {
         self.trie.longest_run()
     }
 
+    /// The lane's workers.
     pub(crate) fn workers(&self) -> impl Iterator<Item = Worker> + '_ {
         self.workers.keys().copied()
     }
