@@ -10,7 +10,6 @@
 //! Bad input (a missing or malformed trace, zero workers, a block size that does not divide 512)
 //! prints one error line and exits with code 2.
 
-mod metrics;
 mod report;
 mod table;
 
