@@ -17,6 +17,8 @@ mod dynamo;
 mod error;
 mod vllm;
 mod vllm_raw;
+#[cfg(feature = "zmq")]
+pub mod zmq;
 
 pub use dynamo::{dynamo_from_json, dynamo_from_msgpack, dynamo_to_json, dynamo_to_msgpack};
 pub use error::WireError;
