@@ -12,6 +12,9 @@ use super::replay::ReplayClient;
 use super::stats::{Counters, SubscriberStats};
 use super::worker::EndpointWorker;
 
+/// Batches a SUB socket holds before libzmq drops them: vLLM's PUB high-water mark.
+const RCVHWM: i32 = 100_000;
+
 /// Subscribes to engines' KV event publishers and feeds their events to an index.
 ///
 /// Every endpoint has its own thread and sockets: a dead or slow engine never holds up the
@@ -74,6 +77,9 @@ impl ZmqSubscriber {
         for endpoint in &config.endpoints {
             let sub = context.socket(zmq::SUB).map_err(setup)?;
             sub.set_linger(0).map_err(setup)?;
+            // vLLM's PUB queues up to 100,000 batches; ours must not drop them (libzmq's default
+            // is 1,000) while a replay is in progress.
+            sub.set_rcvhwm(RCVHWM).map_err(setup)?;
             sub.set_reconnect_ivl(millis(config.reconnect)).map_err(setup)?;
             sub.set_reconnect_ivl_max(millis(config.max_reconnect)).map_err(setup)?;
             sub.set_subscribe(&endpoint.topic).map_err(setup)?;
