@@ -1,7 +1,8 @@
 //! The ZMQ subscriber against an in-process engine (a PUB socket and a replay ROUTER speaking
 //! vLLM's protocol): an engine restart (its `seq` from 0 again) replaces the endpoint's state,
 //! an undecodable batch is counted and skipped without stalling the stream, duplicates are
-//! dropped, and an endpoint without a replay socket counts what it lost. Every wait is bounded.
+//! dropped, a publisher that goes away and comes back is reconnected (what it sent meanwhile is
+//! replayed), and an endpoint without a replay socket counts what it lost. Every wait is bounded.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -30,6 +31,22 @@ impl Engine {
         let replay = context.socket(zmq::ROUTER).unwrap();
         replay.bind("tcp://127.0.0.1:*").unwrap();
         Self { publisher, replay, buffer: Vec::new() }
+    }
+
+    /// The same engine's sockets closed and bound again at the same addresses (a network
+    /// blip, or the engine's publisher thread restarting without losing its buffer).
+    fn rebind(&mut self, context: &zmq::Context) {
+        let (publisher, replay) = (Self::address(&self.publisher), Self::address(&self.replay));
+        self.publisher = context.socket(zmq::PUB).unwrap();
+        self.replay = context.socket(zmq::ROUTER).unwrap();
+        // libzmq closes the old sockets in the background: the ports free up shortly.
+        let start = Instant::now();
+        for (socket, address) in [(&self.publisher, &publisher), (&self.replay, &replay)] {
+            while let Err(e) = socket.bind(address) {
+                assert!(start.elapsed() < DEADLINE, "{address} not bound again: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
     }
 
     fn address(socket: &zmq::Socket) -> String {
@@ -137,6 +154,32 @@ fn restarts_undecodable_batches_and_duplicates() {
     let after = stats(&subscriber);
     assert!(after.restores > first.restores, "{after:?}");
     assert_eq!(index.lock().unwrap().block_count(WORKER), 1);
+    subscriber.shutdown();
+}
+
+#[test]
+fn a_publisher_that_comes_back_is_reconnected_and_what_it_sent_meanwhile_replayed() {
+    let context = zmq::Context::new();
+    let mut engine = Engine::bind(&context);
+    let index = Arc::new(Mutex::new(ReferenceIndex::new()));
+    let endpoint = ZmqEndpoint::new(WORKER.id, Engine::address(&engine.publisher))
+        .with_replay(Engine::address(&engine.replay));
+    let config = SubscriberConfig { endpoints: vec![endpoint], ..SubscriberConfig::default() };
+    let subscriber = ZmqSubscriber::start(config, index.clone()).unwrap();
+    let (payload, first) = stored(10, None, 0);
+    engine.publish(0, payload);
+    engine.until("the first batch", || depth(&index, &[first]) == 1);
+    // The sockets go away; batch 1 is published into the void; they come back.
+    engine.rebind(&context);
+    let (payload, second) = stored(11, Some(10), 4);
+    engine.publish(1, payload);
+    let (payload, third) = stored(12, Some(11), 8);
+    engine.buffer.push((2, payload));
+    // Batch 2 is re-sent until the reconnected subscriber sees it; batch 1 comes by replay.
+    let chain = [first, second, third];
+    engine.until("the reconnect", || depth(&index, &chain) == 3);
+    let stats = stats(&subscriber);
+    assert!(stats.gaps >= 1, "{stats:?}");
     subscriber.shutdown();
 }
 
