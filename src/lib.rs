@@ -101,6 +101,8 @@ mod scores;
 pub mod sequences;
 #[cfg(feature = "sim")]
 pub mod sim;
+#[cfg(feature = "wire")]
+pub mod wire;
 
 mod mix;
 mod prefetch;

@@ -1,0 +1,25 @@
+//! The ZMQ subscriber (feature `zmq`): vLLM/SGLang engines' KV event publishers into an index.
+//!
+//! Layout: [`ZmqSubscriber`] (`subscriber.rs`) owns one thread per endpoint (`worker.rs`); each
+//! decodes with [`VllmDecoder`](crate::wire::VllmDecoder) and sequences whole batches through a
+//! recovery cursor (`batches.rs`: the ZMQ `seq` is the event id, one token per batch); the
+//! engine's replay socket is the [`RecoverySource`](crate::recovery::RecoverySource)
+//! (`replay.rs`). Settings in `config.rs`, counters in `stats.rs`.
+//!
+//! Guarantees: an endpoint's batches reach the index in `seq` order, each once (duplicates
+//! dropped, gaps filled from the replay socket before later batches apply); an undecodable batch
+//! is counted and applied as empty, never stalling its stream; a dead endpoint only stalls its
+//! own thread; the caller's threads never block on ZMQ.
+//!
+//! Needs the system libzmq (Debian: `libzmq3-dev`).
+
+mod batches;
+mod config;
+mod replay;
+mod stats;
+mod subscriber;
+mod worker;
+
+pub use config::{SubscriberConfig, ZmqEndpoint, ZmqError};
+pub use stats::{EndpointStats, SubscriberStats};
+pub use subscriber::ZmqSubscriber;

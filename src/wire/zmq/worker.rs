@@ -1,0 +1,177 @@
+//! One endpoint's thread: receive, decode, sequence through recovery, heal through replay.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::event::{StorageTier, Worker};
+use crate::pool::LaneDown;
+use crate::recovery::{EventRecovery, EventSink, RecoveryConfig, RecoveryConfigError};
+use crate::wire::{VllmDecoder, parse_seq};
+
+use super::batches::{BatchSink, Stash, token};
+use super::config::ZmqEndpoint;
+use super::replay::{ReplayClient, ReplaySource};
+use super::stats::Counters;
+
+/// The longest wait in one poll: how fast the thread sees `stop` and due retries.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Messages taken per wake-up before recovery gets a turn.
+const BURST: usize = 1_024;
+
+/// How often recovery's counters are copied out and the stash pruned.
+const HOUSEKEEPING: Duration = Duration::from_millis(100);
+
+/// With a replay socket, batches go through recovery; without, straight to the index.
+enum Path<S: EventSink> {
+    Recovered {
+        recovery: Box<EventRecovery<BatchSink<S>>>,
+        source: Box<ReplaySource>,
+        stash: Arc<Stash>,
+    },
+    Direct(BatchSink<S>),
+}
+
+pub(super) struct EndpointWorker<S: EventSink> {
+    endpoint: ZmqEndpoint,
+    sub: zmq::Socket,
+    decoder: VllmDecoder,
+    path: Path<S>,
+    counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
+    stream: Worker,
+}
+
+impl<S: EventSink> EndpointWorker<S> {
+    pub(super) fn new(
+        endpoint: ZmqEndpoint,
+        sub: zmq::Socket,
+        replay: Option<ReplayClient>,
+        sink: Arc<S>,
+        recovery: &RecoveryConfig,
+        counters: Arc<Counters>,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Self, RecoveryConfigError> {
+        let decoder = VllmDecoder::new(endpoint.worker).with_default_dp_rank(endpoint.dp_rank);
+        let stream = Worker { id: endpoint.worker, dp_rank: endpoint.dp_rank.into() };
+        let stash = Arc::new(Stash::default());
+        let batches = BatchSink::new(stash.clone(), sink, counters.clone());
+        let path = match replay {
+            Some(client) => Path::Recovered {
+                recovery: Box::new(EventRecovery::new(batches, recovery.clone())?),
+                source: Box::new(ReplaySource {
+                    client: RefCell::new(client),
+                    decoder: RefCell::new(decoder.clone()),
+                    stash: stash.clone(),
+                    stream,
+                    counters: counters.clone(),
+                }),
+                stash,
+            },
+            None => Path::Direct(batches),
+        };
+        Ok(Self { endpoint, sub, decoder, path, counters, stop, stream })
+    }
+
+    pub(super) fn run(mut self) {
+        let mut housekeeping = Instant::now();
+        while !self.stop.load(Ordering::Relaxed) {
+            let wait = match &self.path {
+                Path::Recovered { recovery, .. } => recovery
+                    .next_due()
+                    .map_or(POLL, |due| due.saturating_duration_since(Instant::now()).min(POLL)),
+                Path::Direct(_) => POLL,
+            };
+            match self.sub.poll(zmq::POLLIN, wait.as_millis() as i64) {
+                Ok(ready) if ready > 0 => {
+                    for _ in 0..BURST {
+                        match self.sub.recv_multipart(zmq::DONTWAIT) {
+                            Ok(frames) => self.on_message(&frames),
+                            Err(_) => break,
+                        }
+                    }
+                    self.refresh(false);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    log::warn!("ZMQ poll on {} failed: {e}", self.endpoint.publisher);
+                    std::thread::sleep(POLL);
+                }
+            }
+            if let Path::Recovered { recovery, source, .. } = &self.path
+                && recovery.next_due().is_some_and(|due| due <= Instant::now())
+            {
+                let ran = recovery.run_pending(&**source);
+                self.note(ran.map(|_| ()));
+                self.refresh(false);
+            }
+            if housekeeping.elapsed() >= HOUSEKEEPING {
+                self.refresh(true);
+                housekeeping = Instant::now();
+            }
+        }
+        self.refresh(true);
+    }
+
+    fn on_message(&mut self, frames: &[Vec<u8>]) {
+        Counters::add(&self.counters.messages, 1);
+        let (seq, events) = match self.decoder.decode_message(frames) {
+            Ok(batch) => {
+                Counters::add(&self.counters.skipped_events, batch.skipped as u64);
+                (batch.seq, batch.events)
+            }
+            Err(_) => {
+                Counters::add(&self.counters.decode_errors, 1);
+                // An undecodable batch still takes its place in the sequence, empty.
+                match frames.get(1).map(|seq| parse_seq(seq)) {
+                    Some(Ok(seq)) => (seq, Vec::new()),
+                    _ => return,
+                }
+            }
+        };
+        let previous = self.counters.next_seq.swap(seq.saturating_add(1), Ordering::Relaxed);
+        let done = match &self.path {
+            Path::Recovered { recovery, stash, .. } => {
+                stash.put(seq, events);
+                recovery.ingest(token(self.stream, seq))
+            }
+            Path::Direct(batches) => {
+                if previous != 0 && seq > previous {
+                    Counters::add(&self.counters.unrecovered_gaps, 1);
+                }
+                batches.apply(events)
+            }
+        };
+        self.note(done);
+    }
+
+    fn note(&self, result: Result<(), LaneDown>) {
+        if result.is_err() && !self.counters.index_down.swap(true, Ordering::Relaxed) {
+            log::error!("the index is down: events from {} are dropped", self.endpoint.publisher);
+        }
+    }
+
+    /// Copies recovery's counters out; with `prune`, drops stashed duplicates once the stream
+    /// is settled.
+    fn refresh(&self, prune: bool) {
+        let Path::Recovered { recovery, stash, .. } = &self.path else { return };
+        let stats = recovery.stats();
+        let Some(stream) = stats.stream(self.stream, StorageTier::Device) else { return };
+        let store =
+            |counter: &std::sync::atomic::AtomicU64, value| counter.store(value, Ordering::Relaxed);
+        store(&self.counters.gaps, stream.gaps);
+        store(&self.counters.gaps_healed, stream.healed);
+        store(&self.counters.restores, stream.restores);
+        if !prune {
+            return;
+        }
+        if let (false, 0, Some(last)) =
+            (stream.recovering, stream.buffered, stream.cursor.last_applied())
+            && stash.len() > 0
+        {
+            stash.prune_through(last);
+        }
+    }
+}
