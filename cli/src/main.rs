@@ -7,9 +7,17 @@
 //! router's decision time and its index's event rate. `--report out.svg` (or `.html`) draws hit
 //! rate and TTFT over trace time.
 //!
-//! Bad input (a missing or malformed trace, zero workers, a block size that does not divide 512)
-//! prints one error line and exits with code 2.
+//! `kvroute listen` (feature `listen`, on by default; needs the system libzmq) subscribes to
+//! engines' KV event streams over ZMQ, keeps a router's index of them and shows a live view;
+//! `--metrics ADDR` serves the same counters to Prometheus.
+//!
+//! Bad input (a missing or malformed trace, zero workers, a block size that does not divide 512,
+//! a malformed endpoint) prints one error line and exits with code 2.
 
+#[cfg(feature = "listen")]
+mod listen;
+#[cfg(feature = "listen")]
+mod metrics;
 mod report;
 mod table;
 
@@ -34,6 +42,31 @@ struct Cli {
 enum Command {
     /// Replay a trace through a simulated fleet under several routing policies.
     Replay(ReplayArgs),
+    /// Subscribe to engines' KV events over ZMQ and show the index live.
+    #[cfg(feature = "listen")]
+    Listen(ListenArgs),
+}
+
+#[cfg(feature = "listen")]
+#[derive(clap::Args, Debug)]
+struct ListenArgs {
+    /// An engine's KV event publisher: `[ID=]tcp://host:port[,replay=tcp://host:port]
+    /// [,rank=N][,topic=T]` (the worker id defaults to the endpoint's position). Repeat for
+    /// each engine.
+    #[arg(long = "zmq", required = true)]
+    zmq: Vec<String>,
+    /// The engines' tokens per KV block.
+    #[arg(long, default_value_t = 16)]
+    block_size: u32,
+    /// Serve the counters in the Prometheus text format at http://ADDR/metrics.
+    #[arg(long)]
+    metrics: Option<String>,
+    /// Seconds between redraws of the view.
+    #[arg(long, default_value_t = 1.0)]
+    interval: f64,
+    /// Stop after this many seconds (default: run until interrupted).
+    #[arg(long)]
+    duration: Option<f64>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -90,15 +123,34 @@ struct ReplayArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Replay(args) => match replay(&args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(message) => {
-                eprintln!("kvroute: {message}");
-                ExitCode::from(2)
-            }
-        },
+    let outcome = match cli.command {
+        Command::Replay(args) => replay(&args),
+        #[cfg(feature = "listen")]
+        Command::Listen(args) => listen_options(&args).and_then(|options| listen::run(&options)),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("kvroute: {message}");
+            ExitCode::from(2)
+        }
     }
+}
+
+/// Checks the durations of `kvroute listen`'s arguments.
+#[cfg(feature = "listen")]
+fn listen_options(args: &ListenArgs) -> Result<listen::ListenOptions, String> {
+    let seconds = |flag: &str, value: f64| match value.is_finite() && value > 0.0 {
+        true => Ok(Duration::from_secs_f64(value)),
+        false => Err(format!("{flag} must be a positive number of seconds, not {value}")),
+    };
+    Ok(listen::ListenOptions {
+        zmq: args.zmq.clone(),
+        block_size: args.block_size,
+        interval: seconds("--interval", args.interval)?,
+        duration: args.duration.map(|d| seconds("--duration", d)).transpose()?,
+        metrics: args.metrics.clone(),
+    })
 }
 
 fn policies(args: &ReplayArgs) -> Result<Vec<Policy>, String> {
