@@ -7,10 +7,16 @@
 //! router's decision time and its index's event rate. `--report out.svg` (or `.html`) draws hit
 //! rate and TTFT over trace time.
 //!
-//! Bad input (a missing or malformed trace, zero workers, a block size that does not divide 512)
-//! prints one error line and exits with code 2.
+//! `kvroute route` reads requests on stdin (one per line, whitespace-separated token ids) and
+//! prints each decision (`<worker id> <dp rank> <overlap blocks> <prompt blocks>`), for
+//! scripting; `--nats nats://…` joins the router replicas sharing that server.
+//!
+//! Bad input (a missing or malformed trace, zero workers, a block size that does not divide 512,
+//! a line that is not token ids, an unreachable NATS server) prints one error line and exits
+//! with code 2.
 
 mod report;
+mod route;
 mod table;
 
 use std::path::PathBuf;
@@ -34,6 +40,9 @@ struct Cli {
 enum Command {
     /// Replay a trace through a simulated fleet under several routing policies.
     Replay(ReplayArgs),
+    /// Route requests read from stdin (one per line: whitespace-separated token ids) and print
+    /// one decision per line: `<worker id> <dp rank> <overlap blocks> <prompt blocks>`.
+    Route(route::RouteArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -90,14 +99,16 @@ struct ReplayArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Replay(args) => match replay(&args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(message) => {
-                eprintln!("kvroute: {message}");
-                ExitCode::from(2)
-            }
-        },
+    let outcome = match cli.command {
+        Command::Replay(args) => replay(&args),
+        Command::Route(args) => route::run(&args),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("kvroute: {message}");
+            ExitCode::from(2)
+        }
     }
 }
 

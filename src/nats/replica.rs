@@ -40,6 +40,7 @@ use crate::sync::{Arc, AtomicBool, JoinHandle, Ordering};
 /// ```
 pub struct NatsReplica {
     router_id: u64,
+    heartbeat: Duration,
     incarnation: u64,
     publisher: NatsPublisher,
     control: mpsc::UnboundedSender<Control>,
@@ -58,12 +59,13 @@ impl NatsReplica {
         let counters = Arc::new(Counters::default());
         let (outbox_tx, outbox) = mpsc::channel(config.outbox_capacity);
         let (control_tx, control) = mpsc::unbounded_channel();
-        let router_id = config.router_id;
+        let (router_id, heartbeat) = (config.router_id, config.heartbeat);
         let incarnation = new_incarnation();
         let inputs = Inputs { outbox, control, control_tx: control_tx.clone() };
         let thread = transport::start(config, incarnation, counters.clone(), inputs)?;
         Ok(Self {
             router_id,
+            heartbeat,
             incarnation,
             publisher: NatsPublisher { outbox: outbox_tx, counters: counters.clone() },
             control: control_tx,
@@ -108,6 +110,27 @@ impl NatsReplica {
             std::thread::sleep(Duration::from_millis(2));
         }
         true
+    }
+
+    /// Waits up to `timeout` until this replica, attached, has caught up with every live peer:
+    /// connected, a heartbeat's time for every peer to answer its hello, then no snapshot
+    /// awaited. Whether it has. For tools that route a batch right after starting.
+    pub fn wait_caught_up(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        if !self.wait_connected(timeout) {
+            return false;
+        }
+        std::thread::sleep(self.heartbeat.min(deadline.saturating_duration_since(Instant::now())));
+        loop {
+            let stats = self.stats();
+            if stats.connected && stats.synced {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     /// The transport's counters now.
