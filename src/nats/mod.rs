@@ -52,7 +52,7 @@
 //! - Events dropped before reaching the transport ([`NatsStats::dropped`], a full queue) are
 //!   not healed: the transport's mirror never saw them either.
 //! - Expiry and worker membership are not synced: each replica follows them itself.
-//! - The transport lives outside the loom-checked protocol of [`crate::sync`]: it uses tokio's
+//! - The transport lives outside the loom-checked protocol of `crate::sync` (ARCHITECTURE.md §6.1): it uses tokio's
 //!   channels, whose receiving end lives on its runtime.
 //!
 //! ## Layout

@@ -44,9 +44,10 @@ pub struct NatsStats {
     pub buffer_overflows: u64,
     /// Peer events the local tracker refused (its peer lanes were down or sync is off).
     pub sink_errors: u64,
-    /// Peers known.
+    /// Peers heard from lately (within ten heartbeats, or two snapshot timeouts).
     pub peers: u64,
-    /// Whether this replica holds every known peer's whole history now (no snapshot awaited).
+    /// Whether this replica holds the whole history of every peer heard from lately (no
+    /// snapshot awaited).
     pub synced: bool,
 }
 

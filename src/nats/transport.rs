@@ -144,7 +144,11 @@ impl Transport {
     fn new(config: NatsConfig, incarnation: u64, counters: Arc<Counters>, client: Client) -> Self {
         Self {
             subjects: Subjects::new(&config.namespace),
-            views: PeerViews::new(config.snapshot_timeout, config.buffer_limit),
+            views: PeerViews::new(
+                config.snapshot_timeout,
+                silence(config.heartbeat, config.snapshot_timeout),
+                config.buffer_limit,
+            ),
             inbox: client.new_inbox(),
             config,
             incarnation,
@@ -284,8 +288,9 @@ impl Transport {
             // Unanswered (also unsent) requests are asked again after the timeout.
             self.send(subject, Some(self.inbox.clone()), Vec::new()).await;
         }
-        self.counters.peers.store(self.views.len() as u64, Ordering::Relaxed);
-        self.counters.synced.store(self.views.all_synced(), Ordering::Relaxed);
+        let now = Instant::now();
+        self.counters.peers.store(self.views.live_peers(now) as u64, Ordering::Relaxed);
+        self.counters.synced.store(self.views.all_synced(now), Ordering::Relaxed);
     }
 
     /// Answers a peer's snapshot request with the own requests as of `seq`, in parts.
@@ -326,6 +331,12 @@ impl Transport {
         self.act(actions).await;
         self.beat().await;
     }
+}
+
+/// How long a peer may be silent before it is taken for gone: ten heartbeats, and at least
+/// two snapshot timeouts.
+fn silence(heartbeat: Duration, snapshot_timeout: Duration) -> Duration {
+    (heartbeat * 10).max(snapshot_timeout * 2)
 }
 
 /// The next message of a subscription that may not exist yet (then: never).

@@ -43,6 +43,8 @@ struct Pending {
 #[derive(Debug)]
 struct View {
     incarnation: u64,
+    /// When the peer was last heard from (a silent peer is not waited for).
+    heard: Instant,
     applied: u64,
     synced: bool,
     mirror: Mirror,
@@ -52,9 +54,10 @@ struct View {
 }
 
 impl View {
-    fn new(incarnation: u64) -> Self {
+    fn new(incarnation: u64, now: Instant) -> Self {
         Self {
             incarnation,
+            heard: now,
             applied: 0,
             synced: false,
             mirror: Mirror::default(),
@@ -74,17 +77,30 @@ impl View {
 pub(crate) struct PeerViews {
     views: HashMap<u64, View>,
     snapshot_timeout: Duration,
+    /// A peer not heard from for this long is gone (or cut off): it is not asked for
+    /// snapshots and not waited for, until it is heard again.
+    silence: Duration,
     buffer_limit: usize,
 }
 
 impl PeerViews {
-    pub(crate) fn new(snapshot_timeout: Duration, buffer_limit: usize) -> Self {
-        Self { views: HashMap::new(), snapshot_timeout, buffer_limit: buffer_limit.max(1) }
+    pub(crate) fn new(snapshot_timeout: Duration, silence: Duration, buffer_limit: usize) -> Self {
+        let buffer_limit = buffer_limit.max(1);
+        Self { views: HashMap::new(), snapshot_timeout, silence, buffer_limit }
     }
 
-    /// Peers known.
-    pub(crate) fn len(&self) -> usize {
-        self.views.len()
+    fn live(&self, view: &View, now: Instant) -> bool {
+        now.saturating_duration_since(view.heard) < self.silence
+    }
+
+    /// Peers heard from lately.
+    pub(crate) fn live_peers(&self, now: Instant) -> usize {
+        self.views.values().filter(|view| self.live(view, now)).count()
+    }
+
+    /// Whether this replica holds the whole history of every peer heard from lately.
+    pub(crate) fn all_synced(&self, now: Instant) -> bool {
+        self.views.values().all(|view| view.synced || !self.live(view, now))
     }
 
     /// Handles an `Event` or `Beat` frame from a peer's stream.
@@ -96,7 +112,7 @@ impl PeerViews {
         out: &mut Actions,
     ) {
         let (origin, limit) = (frame.origin, self.buffer_limit);
-        let Some(view) = self.view(origin, frame.incarnation, stats, out) else { return };
+        let Some(view) = self.view(origin, frame.incarnation, now, stats, out) else { return };
         match frame.body {
             Body::Event { seq, event } => {
                 if event.router_id != origin {
@@ -200,7 +216,13 @@ impl PeerViews {
         stats: &Counters,
         out: &mut Actions,
     ) {
+        let silence = self.silence;
         for (&origin, view) in &mut self.views {
+            view.mirror.expire(now, expiry);
+            if now.saturating_duration_since(view.heard) >= silence {
+                view.pending = None;
+                continue;
+            }
             if view
                 .pending
                 .as_ref()
@@ -211,7 +233,6 @@ impl PeerViews {
             if !view.synced {
                 ask(view, origin, now, stats, out);
             }
-            view.mirror.expire(now, expiry);
         }
     }
 
@@ -221,10 +242,11 @@ impl PeerViews {
         &mut self,
         origin: u64,
         incarnation: u64,
+        now: Instant,
         stats: &Counters,
         out: &mut Actions,
     ) -> Option<&mut View> {
-        let view = self.views.entry(origin).or_insert_with(|| View::new(incarnation));
+        let view = self.views.entry(origin).or_insert_with(|| View::new(incarnation, now));
         if incarnation < view.incarnation {
             Counters::bump(&stats.stale);
             return None;
@@ -233,14 +255,10 @@ impl PeerViews {
             // The peer restarted with nothing in flight: what it had is gone everywhere.
             Counters::bump(&stats.peer_restarts);
             view.mirror.clear(origin, &mut out.events);
-            *view = View::new(incarnation);
+            *view = View::new(incarnation, now);
         }
+        view.heard = now;
         Some(view)
-    }
-
-    /// Whether every known peer is synced (for tests and stats).
-    pub(crate) fn all_synced(&self) -> bool {
-        self.views.values().all(|view| view.synced)
     }
 }
 

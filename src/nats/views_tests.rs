@@ -60,7 +60,7 @@ struct Harness {
 impl Harness {
     fn new() -> Self {
         Self {
-            views: PeerViews::new(Duration::from_secs(2), 100),
+            views: PeerViews::new(Duration::from_secs(2), Duration::from_secs(5), 100),
             stats: Counters::default(),
             now: Instant::now(),
         }
@@ -110,7 +110,7 @@ fn a_stream_followed_from_its_start_needs_no_snapshot_and_drops_repeats() {
     assert!(h.stream(beat(1, 2)).ask.is_empty());
     assert_eq!(h.stats.duplicates.load(Ordering::Relaxed), 1);
     assert_eq!(h.stats.snapshots_requested.load(Ordering::Relaxed), 0);
-    assert!(h.views.all_synced());
+    assert!(h.views.all_synced(h.now));
 }
 
 #[test]
@@ -125,7 +125,7 @@ fn joining_a_running_peer_asks_for_a_snapshot_then_applies_what_came_after() {
     let mut got = ids(&out);
     got[..2].sort();
     assert_eq!(got, [("k".into(), "add"), ("x".into(), "add"), ("x".into(), "free")]);
-    assert!(h.views.all_synced());
+    assert!(h.views.all_synced(h.now));
     assert_eq!(ids(&h.stream(event(1, 13, add("m")))), [("m".into(), "add")]);
 }
 
@@ -154,7 +154,7 @@ fn a_snapshot_comes_in_parts_and_a_lost_part_is_asked_again() {
     assert!(h.snapshot(snapshot(1, 7, 0, false, &["a"])).events.is_empty());
     // Part 1 is lost; part 2 makes the answer unusable.
     assert!(h.snapshot(snapshot(1, 7, 2, true, &["c"])).events.is_empty());
-    assert!(!h.views.all_synced());
+    assert!(!h.views.all_synced(h.now));
     // The next tick asks again; the new answer is whole.
     assert_eq!(h.tick(Duration::from_millis(500)).ask, [PEER]);
     h.snapshot(snapshot(1, 8, 0, false, &["a"]));
@@ -163,7 +163,7 @@ fn a_snapshot_comes_in_parts_and_a_lost_part_is_asked_again() {
     let mut got = ids(&out);
     got.sort();
     assert_eq!(got, [("a".into(), "add"), ("b".into(), "add")]);
-    assert!(h.views.all_synced());
+    assert!(h.views.all_synced(h.now));
 }
 
 #[test]
@@ -190,7 +190,10 @@ fn a_restarted_peer_loses_its_requests_and_old_frames_are_stale() {
 
 #[test]
 fn an_overflowing_buffer_is_dropped_and_healed_by_a_later_snapshot() {
-    let mut h = Harness { views: PeerViews::new(Duration::from_secs(2), 3), ..Harness::new() };
+    let mut h = Harness {
+        views: PeerViews::new(Duration::from_secs(2), Duration::from_secs(5), 3),
+        ..Harness::new()
+    };
     h.stream(beat(1, 5));
     for seq in 6..=10 {
         h.stream(event(1, seq, add(&format!("r{seq}"))));
@@ -199,10 +202,10 @@ fn an_overflowing_buffer_is_dropped_and_healed_by_a_later_snapshot() {
     // The snapshot is as of 5; 6..=8 were dropped from the buffer, 9 is next: a gap again.
     let out = h.snapshot(snapshot(1, 5, 0, true, &[]));
     assert_eq!(out.ask, [PEER]);
-    assert!(!h.views.all_synced());
+    assert!(!h.views.all_synced(h.now));
     let out = h.snapshot(snapshot(1, 10, 0, true, &["r6", "r7", "r8", "r9", "r10"]));
     assert_eq!(out.events.len(), 5);
-    assert!(h.views.all_synced());
+    assert!(h.views.all_synced(h.now));
 }
 
 #[test]
@@ -211,4 +214,19 @@ fn an_event_naming_another_sender_is_dropped() {
     let forged = SequenceEvent { router_id: 99, ..add("a") };
     assert!(h.stream(event(1, 1, forged)).events.is_empty());
     assert_eq!(h.stats.decode_errors.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn a_silent_peer_is_neither_asked_nor_waited_for_until_it_is_heard_again() {
+    let mut h = Harness::new();
+    assert_eq!(h.stream(beat(1, 3)).ask, [PEER]);
+    assert!(!h.views.all_synced(h.now));
+    // The peer dies before answering: after the silence it is no longer waited for.
+    assert_eq!(h.tick(Duration::from_secs(2)).ask, [PEER]);
+    assert!(h.tick(Duration::from_secs(4)).ask.is_empty());
+    assert!(h.views.all_synced(h.now));
+    assert_eq!(h.views.live_peers(h.now), 0);
+    // Heard again: asked again.
+    assert_eq!(h.stream(beat(1, 3)).ask, [PEER]);
+    assert_eq!(h.views.live_peers(h.now), 1);
 }
