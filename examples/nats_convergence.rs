@@ -1,9 +1,11 @@
 //! Replica convergence time over NATS on loopback: from a change on replica A (an
 //! `add_request` or a `free` on its tracker) to the change being visible on replica B, one
-//! change at a time, p50/p99 over `--events` changes (10,000 by default).
+//! change at a time, p50/p99 over `--events` changes (10,000 by default). Then a burst:
+//! `--burst` changes made as fast as one thread can, and the time until B's load view equals A's
+//! (sync throughput; changes the bounded outbox had to drop are reported).
 //!
 //! ```text
-//! cargo run --release --features nats --example nats_convergence [-- --events N] [--url nats://…]
+//! cargo run --release --features nats --example nats_convergence [-- --events N] [--burst N] [--url nats://…]
 //! ```
 //!
 //! Without `--url` it starts its own `nats-server` on a free loopback port (Debian's package).
@@ -47,12 +49,15 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let (mut events, mut url) = (10_000usize, None);
+    let (mut events, mut burst, mut url) = (10_000usize, 200_000usize, None);
     while let Some(arg) = args.next() {
         match (arg.as_str(), args.next()) {
             ("--events", Some(n)) => events = n.parse().expect("--events N"),
+            ("--burst", Some(n)) => burst = n.parse().expect("--burst N"),
             ("--url", Some(u)) => url = Some(u),
-            _ => panic!("usage: nats_convergence [--events N] [--url nats://host:port]"),
+            _ => {
+                panic!("usage: nats_convergence [--events N] [--burst N] [--url nats://host:port]")
+            }
         }
     }
     let server = url.is_none().then(nats_server::NatsServer::start);
@@ -91,4 +96,50 @@ fn main() {
         );
     }
     println!("wall {wall:.2?}; A: {}; B: {}", nats_a.stats(), nats_b.stats());
+
+    // The burst: `burst` changes (adds, and frees of 9 requests in 10) as fast as one thread
+    // makes them; then the time until B's load view equals A's.
+    let before = nats_a.stats();
+    let started = Instant::now();
+    let mut total = 0u64;
+    for i in 0..burst / 2 {
+        let id = RequestId::from(format!("burst{i}").as_str());
+        let worker = Worker::new(i as u64 % 8, 0);
+        a.add_request(id.clone(), worker, Some(&blocks), 512, 0).expect("add");
+        total += 1;
+        if i % 10 != 0 {
+            a.free(&id).expect("free");
+            total += 1;
+        }
+    }
+    let made = started.elapsed();
+    let handled = || {
+        let s = nats_a.stats();
+        (s.published + s.dropped + s.unsent) - (before.published + before.dropped + before.unsent)
+    };
+    until(started, || handled() == total);
+    let sorted = |tracker: &MultiWorkerSequences| {
+        let mut loads = tracker.loads();
+        loads.sort_by_key(|load| load.worker);
+        loads
+    };
+    let wait = Instant::now() + Duration::from_secs(30);
+    while sorted(&a) != sorted(&b) && Instant::now() < wait {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let converged = sorted(&a) == sorted(&b);
+    let done = started.elapsed();
+    let (sa, sb) = (nats_a.stats(), nats_b.stats());
+    println!(
+        "burst: {total} changes made in {made:.2?} ({:.0}/s); B {} A after {done:.2?} \
+         ({:.0} changes/s end to end); A published {}, dropped (outbox full) {}; B gaps {}, \
+         snapshots applied {}",
+        total as f64 / made.as_secs_f64(),
+        if converged { "equals" } else { "still differs from (30 s)" },
+        total as f64 / done.as_secs_f64(),
+        sa.published - before.published,
+        sa.dropped - before.dropped,
+        sb.gaps,
+        sb.snapshots_applied,
+    );
 }

@@ -27,7 +27,8 @@ pub struct NatsConfig {
     pub namespace: String,
     /// This replica's id: the `router_id` its tracker publishes as, unique in the namespace.
     pub router_id: u64,
-    /// Own events the outbox holds before `publish` drops (and counts) them: 65,536.
+    /// Own events the outbox holds before `publish` drops (and counts) them: 262,144 (a
+    /// burst the transport cannot send as fast as it comes; it sends ~0.5-1 M changes/s).
     pub outbox_capacity: usize,
     /// How often the replica says how many changes it has made (peers find a lost tail of
     /// its stream from it) and retries unanswered snapshots: 500 ms.
@@ -50,7 +51,7 @@ impl NatsConfig {
             url: url.into(),
             namespace: namespace.into(),
             router_id,
-            outbox_capacity: 1 << 16,
+            outbox_capacity: 1 << 18,
             heartbeat: Duration::from_millis(500),
             snapshot_timeout: Duration::from_secs(2),
             expiry: Some(DEFAULT_EXPIRY),

@@ -63,8 +63,9 @@ pub(crate) struct Frame {
 /// What a [`Frame`] carries.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub(crate) enum Body {
-    /// The sender's `seq`-th change (1, 2, …: one counter per incarnation).
-    Event { seq: u64, event: SequenceEvent },
+    /// The sender's changes `first`, `first + 1`, … (numbered 1, 2, … per incarnation): what
+    /// its transport found queued at once, so a burst costs few messages.
+    Events { first: u64, events: Vec<SequenceEvent> },
     /// The sender is alive and has made `last_seq` changes so far.
     Beat { last_seq: u64 },
     /// The sender just started or reconnected.
@@ -84,6 +85,17 @@ pub(crate) struct RequestState {
     pub(crate) overlap: u32,
     pub(crate) prefill_completed: bool,
     pub(crate) output_blocks: u32,
+}
+
+/// Encoded size of an event, roughly (to bound a batch).
+pub(crate) fn approx_event_size(event: &SequenceEvent) -> usize {
+    let blocks = match &event.data {
+        crate::sequences::SequenceEventData::AddRequest { blocks, .. } => {
+            blocks.as_ref().map_or(0, Vec::len)
+        }
+        _ => 0,
+    };
+    32 + event.request_id.as_str().len() + 9 * blocks
 }
 
 impl RequestState {
@@ -164,7 +176,7 @@ mod tests {
             output_blocks: 4,
         };
         let bodies = [
-            Body::Event { seq: 1, event: event() },
+            Body::Events { first: 1, events: vec![event(), event()] },
             Body::Beat { last_seq: 9 },
             Body::Hello,
             Body::Snapshot { seq: 4, part: 2, last: true, requests: vec![state] },
@@ -178,7 +190,8 @@ mod tests {
     #[test]
     fn a_free_is_small() {
         let free = SequenceEvent { data: SequenceEventData::Free, ..event() };
-        let bytes = Frame::new(3, 77, Body::Event { seq: 1_000_000, event: free }).encode();
+        let bytes =
+            Frame::new(3, 77, Body::Events { first: 1_000_000, events: vec![free] }).encode();
         assert!(bytes.len() <= 40, "{} bytes", bytes.len());
     }
 
@@ -191,7 +204,7 @@ mod tests {
         frame.version = 2;
         assert!(matches!(Frame::decode(&frame.encode()), Err(FrameError::Version(2))));
         // Every truncation of a valid frame is an error, never a panic.
-        let bytes = Frame::new(3, 77, Body::Event { seq: 5, event: event() }).encode();
+        let bytes = Frame::new(3, 77, Body::Events { first: 5, events: vec![event()] }).encode();
         for end in 0..bytes.len() {
             assert!(Frame::decode(&bytes[..end]).is_err());
         }

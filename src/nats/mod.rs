@@ -18,7 +18,7 @@
 //!
 //! | subject                   | what                                                         |
 //! |---------------------------|--------------------------------------------------------------|
-//! | `kvroute.ns.seq.<id>`     | replica `id`'s changes (`Event`, numbered 1, 2, …) and its heartbeat (`Beat`: how many changes so far), in one ordered stream |
+//! | `kvroute.ns.seq.<id>`     | replica `id`'s changes (`Events`: a batch of what was queued at once, numbered on from the last, 1, 2, … per incarnation) and its heartbeat (`Beat`: how many changes so far), in one ordered stream |
 //! | `kvroute.ns.hello`        | a replica (re)joined: every peer beats at once               |
 //! | `kvroute.ns.snapshot.<id>`| request/reply: replica `id`'s requests in flight as of change `s`, in parts, to the asker's inbox |
 //!

@@ -14,7 +14,7 @@ use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot};
 
 use super::config::{NatsConfig, NatsError};
-use super::frame::{Body, Frame, RequestState, Subjects};
+use super::frame::{Body, Frame, RequestState, Subjects, approx_event_size};
 use super::mirror::Mirror;
 use super::sink::PeerSink;
 use super::stats::Counters;
@@ -34,6 +34,11 @@ pub(crate) enum Control {
 
 /// The largest snapshot part, in (estimated) bytes, whatever the server allows.
 const MAX_PART_BYTES: usize = 256 * 1024;
+
+/// A batch of own events stops growing past this many (estimated) bytes or events: well
+/// inside the server's default 1 MiB payload limit, and short enough not to delay the first.
+const MAX_BATCH_BYTES: usize = 64 * 1024;
+const MAX_BATCH_EVENTS: usize = 1024;
 
 /// The channels the task reads.
 pub(crate) struct Inputs {
@@ -170,7 +175,9 @@ impl Transport {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                Some(event) = inputs.outbox.recv() => self.publish_own(event).await,
+                Some(event) = inputs.outbox.recv() => {
+                    self.publish_own(event, &mut inputs.outbox).await;
+                }
                 control = inputs.control.recv() => match control {
                     Some(Control::Attach(sink)) if self.sink.is_none() => {
                         streams = self.client.subscribe(self.subjects.all_streams()).await.ok();
@@ -195,7 +202,7 @@ impl Transport {
         }
         // What was published before the stop reaches the server if it is up.
         while let Ok(event) = inputs.outbox.try_recv() {
-            self.publish_own(event).await;
+            self.publish_own(event, &mut inputs.outbox).await;
         }
         let _ = tokio::time::timeout(self.config.heartbeat, self.client.flush()).await;
     }
@@ -223,18 +230,35 @@ impl Transport {
         matches!(sent, Ok(Ok(())))
     }
 
-    /// Numbers an own event, records it in the own mirror, and sends it; if it is not sent,
-    /// peers find the gap by its number and fetch a snapshot.
-    async fn publish_own(&mut self, event: SequenceEvent) {
-        self.seq += 1;
-        self.own.apply(&event, Instant::now());
-        let payload = self.frame(Body::Event { seq: self.seq, event });
+    /// Numbers `event` and the own events queued behind it (up to a part's size), records them
+    /// in the own mirror, and sends them in one message; if it is not sent, peers find the gap
+    /// by the numbers and fetch a snapshot.
+    async fn publish_own(
+        &mut self,
+        event: SequenceEvent,
+        outbox: &mut mpsc::Receiver<SequenceEvent>,
+    ) {
+        let now = Instant::now();
+        let first = self.seq + 1;
+        let mut size = approx_event_size(&event);
+        let mut events = vec![event];
+        while size < MAX_BATCH_BYTES && events.len() < MAX_BATCH_EVENTS {
+            let Ok(event) = outbox.try_recv() else { break };
+            size += approx_event_size(&event);
+            events.push(event);
+        }
+        for event in &events {
+            self.own.apply(event, now);
+        }
+        self.seq += events.len() as u64;
+        let count = events.len() as u64;
+        let payload = self.frame(Body::Events { first, events });
         let subject = self.subjects.stream(self.config.router_id);
         let counter = match self.send(subject, None, payload).await {
             true => &self.counters.published,
             false => &self.counters.unsent,
         };
-        Counters::bump(counter);
+        counter.fetch_add(count, Ordering::Relaxed);
     }
 
     async fn beat(&self) {

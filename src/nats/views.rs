@@ -103,7 +103,7 @@ impl PeerViews {
         self.views.values().all(|view| view.synced || !self.live(view, now))
     }
 
-    /// Handles an `Event` or `Beat` frame from a peer's stream.
+    /// Handles an `Events` or `Beat` frame from a peer's stream.
     pub(crate) fn on_stream(
         &mut self,
         frame: Frame,
@@ -114,29 +114,13 @@ impl PeerViews {
         let (origin, limit) = (frame.origin, self.buffer_limit);
         let Some(view) = self.view(origin, frame.incarnation, now, stats, out) else { return };
         match frame.body {
-            Body::Event { seq, event } => {
-                if event.router_id != origin {
+            Body::Events { first, events } => {
+                if events.iter().any(|event| event.router_id != origin) {
                     Counters::bump(&stats.decode_errors);
                     return;
                 }
-                if view.synced {
-                    if seq <= view.applied {
-                        Counters::bump(&stats.duplicates);
-                    } else if seq == view.applied + 1 {
-                        apply(view, seq, event, now, out);
-                    } else {
-                        Counters::bump(&stats.gaps);
-                        view.synced = false;
-                        buffer(view, seq, event, limit, stats);
-                        ask(view, origin, now, stats, out);
-                    }
-                } else if seq == 1 && view.untouched() && view.pending.is_none() {
-                    // First contact at the peer's first change: its whole history is here.
-                    view.synced = true;
-                    apply(view, seq, event, now, out);
-                } else {
-                    buffer(view, seq, event, limit, stats);
-                    ask(view, origin, now, stats, out);
+                for (seq, event) in (first..).zip(events) {
+                    on_event(view, origin, seq, event, limit, now, stats, out);
                 }
             }
             Body::Beat { last_seq } => {
@@ -259,6 +243,39 @@ impl PeerViews {
         }
         view.heard = now;
         Some(view)
+    }
+}
+
+/// Handles change `seq` of peer `origin`.
+#[allow(clippy::too_many_arguments)]
+fn on_event(
+    view: &mut View,
+    origin: u64,
+    seq: u64,
+    event: SequenceEvent,
+    limit: usize,
+    now: Instant,
+    stats: &Counters,
+    out: &mut Actions,
+) {
+    if view.synced {
+        if seq <= view.applied {
+            Counters::bump(&stats.duplicates);
+        } else if seq == view.applied + 1 {
+            apply(view, seq, event, now, out);
+        } else {
+            Counters::bump(&stats.gaps);
+            view.synced = false;
+            buffer(view, seq, event, limit, stats);
+            ask(view, origin, now, stats, out);
+        }
+    } else if seq == 1 && view.untouched() && view.pending.is_none() {
+        // First contact at the peer's first change: its whole history is here.
+        view.synced = true;
+        apply(view, seq, event, now, out);
+    } else {
+        buffer(view, seq, event, limit, stats);
+        ask(view, origin, now, stats, out);
     }
 }
 

@@ -27,7 +27,7 @@ fn free(id: &str) -> SequenceEvent {
 }
 
 fn event(incarnation: u64, seq: u64, event: SequenceEvent) -> Frame {
-    Frame::new(PEER, incarnation, Body::Event { seq, event })
+    Frame::new(PEER, incarnation, Body::Events { first: seq, events: vec![event] })
 }
 
 fn beat(incarnation: u64, last_seq: u64) -> Frame {
@@ -229,4 +229,16 @@ fn a_silent_peer_is_neither_asked_nor_waited_for_until_it_is_heard_again() {
     // Heard again: asked again.
     assert_eq!(h.stream(beat(1, 3)).ask, [PEER]);
     assert_eq!(h.views.live_peers(h.now), 1);
+}
+
+#[test]
+fn a_batch_applies_change_by_change() {
+    let mut h = Harness::new();
+    let batch = |first, events| Frame::new(PEER, 1, Body::Events { first, events });
+    let out = h.stream(batch(1, vec![add("a"), add("b"), free("a")]));
+    assert_eq!(ids(&out), [("a".into(), "add"), ("b".into(), "add"), ("a".into(), "free")]);
+    // A batch overlapping what was applied: the repeats are dropped, the rest applies.
+    let out = h.stream(batch(3, vec![free("a"), add("c")]));
+    assert_eq!(ids(&out), [("c".into(), "add")]);
+    assert_eq!(h.stats.duplicates.load(Ordering::Relaxed), 1);
 }
