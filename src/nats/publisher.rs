@@ -32,3 +32,31 @@ impl fmt::Debug for NatsPublisher {
         f.debug_struct("NatsPublisher").field("room", &self.outbox.capacity()).finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Worker;
+    use crate::sequences::SequenceEventData;
+
+    #[test]
+    fn a_full_or_closed_outbox_drops_and_counts_without_waiting() {
+        let (outbox, mut receiver) = mpsc::channel(2);
+        let counters = Arc::new(Counters::default());
+        let publisher = NatsPublisher { outbox, counters: counters.clone() };
+        let event = |id: &str| SequenceEvent {
+            router_id: 1,
+            request_id: id.into(),
+            worker: Worker::new(1, 0),
+            data: SequenceEventData::Free,
+        };
+        for id in ["a", "b", "c", "d"] {
+            publisher.publish(event(id));
+        }
+        assert_eq!(counters.snapshot().dropped, 2);
+        assert_eq!(receiver.try_recv().map(|e| e.request_id), Ok("a".into()));
+        drop(receiver);
+        publisher.publish(event("e"));
+        assert_eq!(counters.snapshot().dropped, 3);
+    }
+}
