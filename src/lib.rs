@@ -94,7 +94,7 @@
 pub mod event;
 pub mod hash;
 pub mod index;
-#[cfg(feature = "nats")]
+#[cfg(all(feature = "nats", not(loom)))]
 pub mod nats;
 pub mod pool;
 pub mod recovery;

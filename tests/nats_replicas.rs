@@ -3,6 +3,7 @@
 //! a dead server degrades to local state without stalling `route`, then sync resumes.
 //!
 //! Waits are bounded (a deadline per condition); no test asserts a duration.
+#![cfg(not(loom))]
 
 #[path = "support/nats_server.rs"]
 mod nats_server;

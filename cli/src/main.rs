@@ -15,6 +15,7 @@
 //! a line that is not token ids, an unreachable NATS server) prints one error line and exits
 //! with code 2.
 
+mod replicas;
 mod report;
 mod route;
 mod table;

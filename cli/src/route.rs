@@ -6,13 +6,12 @@
 //! line) stops with one error naming the line.
 
 use std::io::{self, BufRead, Write};
-use std::sync::Arc;
-use std::time::Duration;
 
 use kvroute::Worker;
-use kvroute::nats::{NatsConfig, NatsReplica};
-use kvroute::router::{KvRouter, RouteRequest, RouterConfig};
+use kvroute::router::{RouteRequest, RouterConfig};
 use kvroute::sequences::RequestId;
+
+use crate::replicas::NatsArgs;
 
 #[derive(clap::Args, Debug)]
 pub struct RouteArgs {
@@ -25,7 +24,8 @@ pub struct RouteArgs {
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
     block_size: u32,
-    /// Record each routed request as in flight (id `line-<N>`), so later lines see its load.
+    /// Record each routed request as in flight (id `line-<N>`), so later lines see its load
+    /// (and, with --nats, the peers do too).
     #[arg(long)]
     record: bool,
     /// Index the router's own decisions (approximate mode), so later lines that share a
@@ -35,20 +35,8 @@ pub struct RouteArgs {
     /// Seed of the router's tie-breaking.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Join the router replicas on this NATS server (e.g. nats://127.0.0.1:4222): decisions
-    /// see their requests in flight, and with --record this router's are published to them.
-    #[arg(long, value_name = "URL")]
-    nats: Option<String>,
-    /// The replicas' namespace on the NATS server.
-    #[arg(long, default_value = "default", requires = "nats")]
-    namespace: String,
-    /// This replica's router id (unique in the namespace; default: from the process id and
-    /// the clock).
-    #[arg(long, requires = "nats")]
-    router_id: Option<u64>,
-    /// How long to wait for the NATS server before giving up, in seconds.
-    #[arg(long, default_value_t = 5.0, requires = "nats")]
-    nats_timeout: f64,
+    #[command(flatten)]
+    nats: NatsArgs,
 }
 
 fn parse_worker(text: &str) -> Result<Worker, String> {
@@ -80,62 +68,22 @@ pub fn parse_tokens(line: &str, out: &mut Vec<u32>) -> Result<(), String> {
     Ok(())
 }
 
-/// The router, joined to its replicas if `--nats` is given (the replica must outlive it).
-fn router(args: &RouteArgs) -> Result<(Arc<KvRouter>, Option<NatsReplica>), String> {
+pub fn run(args: &RouteArgs) -> Result<(), String> {
     if args.workers == 0 && args.worker.is_empty() {
         return Err("no workers: give --workers N (N > 0) or --worker ID".into());
     }
     let config = RouterConfig {
         use_kv_events: !args.approximate,
-        replica_sync: args.nats.is_some(),
         seed: Some(args.seed),
         ..RouterConfig::new(args.block_size)
     };
-    let (router, replica) = match &args.nats {
-        None => (KvRouter::new(config).map_err(|e| e.to_string())?, None),
-        Some(url) => {
-            let router_id = args.router_id.unwrap_or_else(default_router_id);
-            let replica = NatsReplica::start(NatsConfig::new(url, &args.namespace, router_id))
-                .map_err(|e| format!("--nats {url}: {e}"))?;
-            let router = KvRouter::builder(config)
-                .publisher(router_id, replica.publisher())
-                .build()
-                .map_err(|e| e.to_string())?;
-            (router, Some(replica))
+    let (router, _joined) = args.nats.build_router(config, |router| {
+        if args.worker.is_empty() {
+            (0..args.workers).for_each(|id| router.add_worker(Worker::new(id, 0)));
+        } else {
+            args.worker.iter().for_each(|&worker| router.add_worker(worker));
         }
-    };
-    let router = Arc::new(router);
-    if args.worker.is_empty() {
-        (0..args.workers).for_each(|id| router.add_worker(Worker::new(id, 0)));
-    } else {
-        args.worker.iter().for_each(|&worker| router.add_worker(worker));
-    }
-    if let (Some(replica), Some(url)) = (&replica, &args.nats) {
-        replica.attach(router.clone()).map_err(|e| e.to_string())?;
-        let timeout = Duration::try_from_secs_f64(args.nats_timeout)
-            .map_err(|_| format!("--nats-timeout {} is not a duration", args.nats_timeout))?;
-        if !replica.wait_connected(timeout) {
-            return Err(format!("--nats {url}: no NATS server answered within {timeout:?}"));
-        }
-        // Decisions should see the peers' requests: take their snapshots first.
-        if !replica.wait_caught_up(timeout) {
-            return Err(format!(
-                "--nats {url}: could not catch up with the peers within {timeout:?}"
-            ));
-        }
-    }
-    Ok((router, replica))
-}
-
-fn default_router_id() -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    (u64::from(std::process::id()) << 32) | u64::from(nanos)
-}
-
-pub fn run(args: &RouteArgs) -> Result<(), String> {
-    let (router, replica) = router(args)?;
+    })?;
     let stdin = io::stdin().lock();
     let mut stdout = io::stdout().lock();
     let mut tokens = Vec::new();
@@ -166,8 +114,6 @@ pub fn run(args: &RouteArgs) -> Result<(), String> {
             Err(e) => return Err(format!("writing stdout: {e}")),
         }
     }
-    drop(router);
-    drop(replica);
     Ok(())
 }
 

@@ -1,5 +1,6 @@
 //! `kvroute route` as a script uses it: the binary, token ids on stdin, decisions on stdout;
 //! and joined to a library replica through a real `nats-server`.
+#![cfg(not(loom))]
 
 #[path = "../../tests/support/nats_server.rs"]
 mod nats_server;
