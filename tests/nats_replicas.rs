@@ -238,3 +238,21 @@ fn bad_settings_are_typed_errors_and_a_missing_server_is_not() {
     replica.attach(sink.clone()).expect("first attach");
     assert!(matches!(replica.attach(sink), Err(NatsError::AlreadyAttached)));
 }
+
+#[test]
+fn a_late_replica_takes_a_state_larger_than_one_message_in_parts() {
+    let server = NatsServer::start();
+    let a = Replica::start(&server.url(), "parts", 1);
+    // 2,000 requests of 150 blocks: ~2.7 MB of snapshot, past the server's 1 MiB payload limit
+    // and the transport's 256 KiB parts.
+    for i in 0..2_000u64 {
+        let id = RequestId::from(format!("big-{i}").as_str());
+        let tokens = prompt(i, 150, 0);
+        let request = RouteRequest::tokens(&tokens).with_id(id).update_states(true);
+        a.router.route(&request).expect("routes");
+    }
+    let b = Replica::start(&server.url(), "parts", 2);
+    wait_converged(&a, &b, Duration::from_secs(30));
+    assert_eq!(b.active_requests(), 2_000);
+    assert_eq!(b.stats().snapshots_applied, 1, "{}", b.stats());
+}
