@@ -200,8 +200,12 @@ impl Transport {
                 _ = tick.tick() => self.tick().await,
             }
         }
-        // What was published before the stop reaches the server if it is up.
-        while let Ok(event) = inputs.outbox.try_recv() {
+        // What was published before the stop reaches the server if it is up, within a
+        // heartbeat (a stuck server must not hold up the drop).
+        let deadline = Instant::now() + self.config.heartbeat;
+        while Instant::now() < deadline
+            && let Ok(event) = inputs.outbox.try_recv()
+        {
             self.publish_own(event, &mut inputs.outbox).await;
         }
         let _ = tokio::time::timeout(self.config.heartbeat, self.client.flush()).await;
