@@ -94,6 +94,8 @@
 pub mod event;
 pub mod hash;
 pub mod index;
+#[cfg(all(feature = "nats", not(loom)))]
+pub mod nats;
 pub mod pool;
 pub mod recovery;
 pub mod router;

@@ -3,17 +3,20 @@
 //! Each `--zmq` endpoint is one engine's publisher (and, optionally, its replay socket); the
 //! subscriber applies their events to a [`KvRouter`] through recovery cursors. Every interval
 //! the view (one row per endpoint and a total) is redrawn in place on a terminal, or appended
-//! when the output is not one; `--metrics ADDR` serves the same counters to Prometheus. The
-//! command runs until interrupted, or for `--duration` seconds.
+//! when the output is not one; `--metrics ADDR` serves the same counters to Prometheus. With
+//! `--nats URL` the router also joins the replicas on that server, and the view adds their
+//! requests in flight per worker. The command runs until interrupted, or for `--duration`
+//! seconds.
 
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kvroute::wire::zmq::{SubscriberConfig, SubscriberStats, ZmqEndpoint, ZmqSubscriber};
-use kvroute::{KvRouter, RouterConfig, WorkerId};
+use kvroute::{KvRouter, RouterConfig, Worker, WorkerId};
 
 use crate::metrics::{self, Kind, Metric, MetricsServer};
+use crate::replicas::NatsArgs;
 
 /// What `kvroute listen` was asked for.
 #[derive(Debug)]
@@ -69,7 +72,7 @@ pub fn parse_endpoint(spec: &str, index: usize) -> Result<ZmqEndpoint, String> {
 }
 
 /// Subscribes, then redraws the view every interval until `duration` (or forever).
-pub fn run(options: &ListenOptions) -> Result<(), String> {
+pub fn run(options: &ListenOptions, nats: &NatsArgs) -> Result<(), String> {
     if options.zmq.is_empty() {
         return Err("listen needs at least one --zmq endpoint".into());
     }
@@ -79,10 +82,13 @@ pub fn run(options: &ListenOptions) -> Result<(), String> {
         .enumerate()
         .map(|(index, spec)| parse_endpoint(spec, index))
         .collect::<Result<Vec<_>, _>>()?;
-    let router = Arc::new(
-        KvRouter::new(RouterConfig::new(options.block_size))
-            .map_err(|e| format!("router setup: {e}"))?,
-    );
+    let workers: Vec<Worker> =
+        endpoints.iter().map(|e| Worker::new(e.worker.0, e.dp_rank)).collect();
+    // With `--nats`, the router joins its replicas (kept in `_joined` until the command ends).
+    let (router, _joined) = nats.build_router(RouterConfig::new(options.block_size), |router| {
+        workers.iter().for_each(|&worker| router.add_worker(worker));
+    })?;
+    let show_loads = nats.joins();
     let config = SubscriberConfig { endpoints, ..SubscriberConfig::default() };
     let subscriber =
         Arc::new(ZmqSubscriber::start(config, router.clone()).map_err(|e| e.to_string())?);
@@ -105,7 +111,10 @@ pub fn run(options: &ListenOptions) -> Result<(), String> {
         let left = options.duration.map(|d| d.saturating_sub(started.elapsed()));
         std::thread::sleep(left.map_or(options.interval, |left| left.min(options.interval)));
         let now = subscriber.stats();
-        let view = render_view(&now, &earlier, &router);
+        let mut view = render_view(&now, &earlier, &router);
+        if show_loads {
+            view.push_str(&render_loads(&router));
+        }
         let mut out = std::io::stdout().lock();
         if terminal && drawn_lines > 0 {
             // Up over the last view and clear to the end: redrawn in place.
@@ -155,7 +164,7 @@ pub fn render_view(now: &SubscriberStats, earlier: &SubscriberStats, router: &Kv
     let stats = router.stats();
     let blocks: u64 = stats.index.iter().map(|tier| tier.live_entries).sum();
     let workers = router.index().device().workers().map_or(0, |w| w.len());
-    let mut text = table(&headers, &rows);
+    let mut text = table(&headers, &rows, 2);
     text.push_str(&format!(
         "index: {workers} workers, {blocks} blocks held; up {:.0} s\n",
         now.uptime.as_secs_f64()
@@ -163,8 +172,30 @@ pub fn render_view(now: &SubscriberStats, earlier: &SubscriberStats, router: &Kv
     text
 }
 
-/// Aligned columns: the first two left-aligned, the numbers right-aligned.
-fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+/// The replicas' requests in flight per worker (`--nats`).
+pub fn render_loads(router: &KvRouter) -> String {
+    let rows: Vec<Vec<String>> = router
+        .sequences()
+        .loads()
+        .iter()
+        .map(|load| {
+            let tokens = match load.active_tokens {
+                usize::MAX => "overflow".to_string(),
+                tokens => tokens.to_string(),
+            };
+            vec![
+                load.worker.to_string(),
+                load.active_requests.to_string(),
+                load.active_blocks.to_string(),
+                tokens,
+            ]
+        })
+        .collect();
+    table(&["worker", "requests", "active blocks", "prefill tokens"], &rows, 1)
+}
+
+/// Aligned columns: the first `left` left-aligned (names), the rest right-aligned (numbers).
+fn table(headers: &[&str], rows: &[Vec<String>], left: usize) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
@@ -175,7 +206,7 @@ fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
         let cells: Vec<String> = cells
             .zip(&widths)
             .enumerate()
-            .map(|(at, (cell, &width))| match at < 2 {
+            .map(|(at, (cell, &width))| match at < left {
                 true => format!("{cell:<width$}"),
                 false => format!("{cell:>width$}"),
             })

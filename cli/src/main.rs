@@ -11,14 +11,21 @@
 //! engines' KV event streams over ZMQ, keeps a router's index of them and shows a live view;
 //! `--metrics ADDR` serves the same counters to Prometheus.
 //!
+//! `kvroute route` reads requests on stdin (one per line, whitespace-separated token ids) and
+//! prints each decision (`<worker id> <dp rank> <overlap blocks> <prompt blocks>`), for
+//! scripting; `--nats nats://…` joins the router replicas sharing that server.
+//!
 //! Bad input (a missing or malformed trace, zero workers, a block size that does not divide 512,
-//! a malformed endpoint) prints one error line and exits with code 2.
+//! a malformed endpoint, a line that is not token ids, an unreachable NATS server) prints one
+//! error line and exits with code 2.
 
 #[cfg(feature = "listen")]
 mod listen;
 #[cfg(feature = "listen")]
 mod metrics;
+mod replicas;
 mod report;
+mod route;
 mod table;
 
 use std::path::PathBuf;
@@ -42,6 +49,9 @@ struct Cli {
 enum Command {
     /// Replay a trace through a simulated fleet under several routing policies.
     Replay(ReplayArgs),
+    /// Route requests read from stdin (one per line: whitespace-separated token ids) and print
+    /// one decision per line: `<worker id> <dp rank> <overlap blocks> <prompt blocks>`.
+    Route(route::RouteArgs),
     /// Subscribe to engines' KV events over ZMQ and show the index live.
     #[cfg(feature = "listen")]
     Listen(ListenArgs),
@@ -67,6 +77,9 @@ struct ListenArgs {
     /// Stop after this many seconds (default: run until interrupted).
     #[arg(long)]
     duration: Option<f64>,
+    /// `--nats URL`: also join the router replicas there and show their load per worker.
+    #[command(flatten)]
+    nats: replicas::NatsArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -125,8 +138,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Replay(args) => replay(&args),
+        Command::Route(args) => route::run(&args),
         #[cfg(feature = "listen")]
-        Command::Listen(args) => listen_options(&args).and_then(|options| listen::run(&options)),
+        Command::Listen(args) => {
+            listen_options(&args).and_then(|options| listen::run(&options, &args.nats))
+        }
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,7 +3,7 @@
 //! on purpose and its healing; `--metrics` serves the same counters; a malformed endpoint is one
 //! error line with exit code 2. Bounded: every wait has a deadline, the publisher exits on its
 //! own after 60 s and `listen` after `--duration`.
-#![cfg(feature = "listen")]
+#![cfg(all(feature = "listen", not(loom)))]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -132,4 +132,45 @@ fn a_malformed_endpoint_is_one_error_line_and_exit_code_2() {
         assert_eq!(stderr.lines().count(), 1, "{endpoint}: {stderr}");
         assert!(stderr.starts_with("kvroute: "), "{endpoint}: {stderr}");
     }
+}
+
+#[path = "../../tests/support/nats_server.rs"]
+mod nats_server;
+
+/// With `--nats`, listen joins the replicas and shows their requests in flight per worker.
+#[test]
+fn with_nats_listen_shows_the_replicas_requests_per_worker() {
+    use kvroute::Worker;
+    use kvroute::nats::{NatsConfig, NatsReplica};
+    use kvroute::router::{KvRouter, RouteRequest, RouterConfig};
+
+    let server = nats_server::NatsServer::start();
+    let replica = NatsReplica::start(NatsConfig::new(server.url(), "listen", 1)).expect("starts");
+    let config = RouterConfig { replica_sync: true, ..RouterConfig::new(16) };
+    let router =
+        KvRouter::builder(config).publisher(1, replica.publisher()).build().expect("router");
+    let router = std::sync::Arc::new(router);
+    router.add_worker(Worker::new(4, 0));
+    replica.attach(router.clone()).expect("attach");
+    assert!(replica.wait_connected(DEADLINE));
+    let prompt: Vec<u32> = (0..64).collect();
+    for i in 0..3 {
+        let id = format!("r{i}");
+        let request = RouteRequest::tokens(&prompt).with_id(id.as_str());
+        router.route(&request.update_states(true)).expect("routes");
+    }
+
+    // Nobody publishes on this endpoint: the view's load table is what is checked.
+    let url = server.url();
+    let out = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .args(["listen", "--zmq", "4=tcp://127.0.0.1:9", "--duration", "2", "--interval", "1"])
+        .args(["--nats", &url, "--namespace", "listen", "--router-id", "2"])
+        .output()
+        .expect("the binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let last = stdout.lines().rev().find(|l| l.starts_with("4/0 "));
+    let row: Vec<&str> =
+        last.unwrap_or_else(|| panic!("no load row:\n{stdout}")).split_whitespace().collect();
+    assert_eq!(row.get(1), Some(&"3"), "three requests in flight on worker 4:\n{stdout}");
 }
