@@ -520,10 +520,13 @@ mod tests {
         }
     }
 
-    /// Polls `ready` for up to five seconds (routes are dropped once a lane is idle).
-    fn eventually(mut ready: impl FnMut() -> bool) -> bool {
+    /// Polls `ready` for up to five seconds, flushing `pool` before each look: a lane drops
+    /// routes when it is idle and no producer holds the routes (a look holds them too), and a
+    /// lane that could not tries again when it is next idle, which the flush makes it.
+    fn eventually(pool: &EventPool, mut ready: impl FnMut() -> bool) -> bool {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         while std::time::Instant::now() < deadline {
+            pool.flush().unwrap();
             if ready() {
                 return true;
             }
@@ -546,7 +549,7 @@ mod tests {
         }
         pool.flush().unwrap();
         let routes = || pool.routes.counts();
-        assert!(eventually(|| routes().0 == 0), "routes for no live worker: {:?}", routes());
+        assert!(eventually(&pool, || routes().0 == 0), "routes for no live worker: {:?}", routes());
         assert_eq!(routes(), (0, vec![0, 0]));
     }
 
@@ -566,7 +569,7 @@ mod tests {
             assert_eq!(pool.remove_worker_dp_rank(worker), Ok(true));
         }
         let load = || pool.routes.counts().1;
-        assert!(eventually(|| load() == vec![0, 2]), "lane load {:?}", load());
+        assert!(eventually(&pool, || load() == vec![0, 2]), "lane load {:?}", load());
         for id in [10, 11] {
             pool.apply(store(Worker::new(id, 0), 0, 1)).unwrap();
             assert_eq!(pool.lane_of(Worker::new(id, 0)), 0);
