@@ -19,11 +19,13 @@
 //! request (RSS delta of a child process that builds only that subject's state). Both states
 //! live in one process and are measured in alternating rounds, so machine noise hits both alike.
 //!
-//! `cargo run --release -p kvroute-compare --bin sequences [-- --runs N] [--shapes a,b]`
+//! `cargo run --release -p kvroute-compare --bin sequences [-- --runs N] [--shapes a,b]
+//! [--worker-shards N]`
 
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::process::Command;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -41,6 +43,9 @@ const SEED: u64 = 0x5EED_2026;
 /// One churn pair every 100 µs (≈ 10,000 pairs/s, which both subjects sustain while queried):
 /// the "under paced churn" rows put the same load on both.
 const PACE: Duration = Duration::from_micros(100);
+
+/// `--worker-shards N`: kvroute's worker shards (default: the builder's), set once in `main`.
+static WORKER_SHARDS: OnceLock<Option<usize>> = OnceLock::new();
 
 /// What both trackers are driven through.
 trait Subject: Sync + Sized {
@@ -150,8 +155,11 @@ impl Subject for Ours {
     type Query = OurQuery;
 
     fn new(shape: &LoadShape) -> Self {
-        let tracker =
-            MultiWorkerSequences::builder(shape.block_size as u32).build().expect("config");
+        let mut builder = MultiWorkerSequences::builder(shape.block_size as u32);
+        if let Some(shards) = WORKER_SHARDS.get().copied().flatten() {
+            builder = builder.worker_shards(shards);
+        }
+        let tracker = builder.build().expect("config");
         tracker.update_workers((0..shape.workers as u64).map(|w| Worker::new(w, 0)));
         Self(tracker)
     }
@@ -463,6 +471,15 @@ fn memory_of(subject: &str, shape: &str) -> f64 {
     let exe = std::env::current_exe().expect("own path");
     let output = Command::new(exe)
         .args(["--subject", subject, "--shape", shape])
+        .args(
+            WORKER_SHARDS
+                .get()
+                .copied()
+                .flatten()
+                .map(|n| ["--worker-shards".to_string(), n.to_string()])
+                .into_iter()
+                .flatten(),
+        )
         .output()
         .expect("child run");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -577,6 +594,8 @@ fn run_shape(name: &str, shape: &LoadShape, runs: u64) -> Vec<(Measured, Measure
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    let shards = flag(&args, "--worker-shards").and_then(|n| n.parse().ok());
+    WORKER_SHARDS.get_or_init(|| shards);
     if let Some(subject) = flag(&args, "--subject") {
         let shape = flag(&args, "--shape").and_then(LoadShape::named).unwrap_or_default();
         match subject {
