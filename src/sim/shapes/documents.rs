@@ -96,7 +96,8 @@ impl DocumentReuse {
 
 /// A request of whole trace blocks with 256 output tokens.
 pub(crate) fn request(timestamp: u64, hash_ids: Vec<u64>) -> TraceRequest {
+    // Saturated: a request longer than u32::MAX tokens is not one the generators are asked for.
     let input_length =
-        u32::try_from(hash_ids.len()).unwrap_or(u32::MAX / TRACE_BLOCK_TOKENS) * TRACE_BLOCK_TOKENS;
+        u32::try_from(hash_ids.len()).unwrap_or(u32::MAX).saturating_mul(TRACE_BLOCK_TOKENS);
     TraceRequest { timestamp, input_length, output_length: 256, hash_ids }
 }
