@@ -189,6 +189,56 @@ pub fn ratios(all: &[Runs], ours: &str) -> String {
     aligned(&rows)
 }
 
+/// Per shape, kvroute / dynamo-crtc for the figures issue #16 sets targets on: the median of the
+/// ratios taken within each run (the two subjects' i-th runs ran back to back) and their range;
+/// bytes per entry and disagreements are kvroute's own (median, worst run).
+pub fn summary(shapes: &[(String, Vec<Runs>)]) -> String {
+    type Figure = fn(&Outcome) -> Option<f64>;
+    let figures: [(&str, &str, Figure); 5] = [
+        ("ingest ×", ">= 2", |o| Some(o.block_ops_per_sec())),
+        ("find p50 ×", "<= 0.5", |o| Some(o.quiet_p50_ns as f64)),
+        ("find p99 ×", "<= 0.5", |o| Some(o.quiet_p99_ns as f64)),
+        ("busy p50 ×", "<= 0.5", |o| o.busy_p50_ns.map(|ns| ns as f64)),
+        ("busy p99 ×", "<= 0.5", |o| o.busy_p99_ns.map(|ns| ns as f64)),
+    ];
+    let mut header = vec!["shape".to_string()];
+    header.extend(figures.iter().map(|(label, target, _)| format!("{label} ({target})")));
+    header.push("B/entry (<= 64)".into());
+    header.push("disagree".into());
+    let mut rows = vec![header];
+    for (shape, all) in shapes {
+        let find = |name: &str| all.iter().find(|r| r.subject == name);
+        let mut row = vec![shape.clone()];
+        let (Some(ours), Some(theirs)) = (find("kvroute"), find("dynamo-crtc")) else {
+            row.push("(needs subjects kvroute and dynamo-crtc)".into());
+            rows.push(row);
+            continue;
+        };
+        for (_, _, figure) in &figures {
+            let mut ratios: Vec<f64> = ours
+                .outcomes
+                .iter()
+                .zip(&theirs.outcomes)
+                .filter_map(|(o, t)| Some(figure(o)? / figure(t)?))
+                .filter(|r| r.is_finite())
+                .collect();
+            ratios.sort_by(f64::total_cmp);
+            row.push(match (ratios.first(), ratios.last()) {
+                (Some(lo), Some(hi)) => {
+                    let mid = ratios[ratios.len() / 2];
+                    format!("{mid:.2} [{lo:.2}–{hi:.2}]")
+                }
+                _ => "—".into(),
+            });
+        }
+        row.push(cell(ours.bytes(), 0));
+        let (bad, checked) = ours.disagreements();
+        row.push(format!("{bad}/{checked}"));
+        rows.push(row);
+    }
+    aligned(&rows)
+}
+
 /// Columns padded to their widest cell: the first left-aligned, the rest right-aligned.
 fn aligned(rows: &[Vec<String>]) -> String {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);

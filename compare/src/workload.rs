@@ -1,14 +1,15 @@
-//! The event stream and queries every subject is fed: the bundled Mooncake conversation trace
-//! replayed through `kvroute::sim`'s mock fleet (16 workers with LRU caches of 16,384 blocks,
-//! each trace `hash_id` expanded into 8 KV blocks of 64 tokens, bounded-share longest-prefix
-//! routing, tails evicted before their prefixes).
+//! The event stream and queries every subject is fed: a workload shape's trace
+//! (`kvroute::sim::shapes`: the bundled Mooncake conversation trace, or a synthetic one) replayed
+//! through `kvroute::sim`'s mock fleet of that shape (for the conversation trace: 16 workers with
+//! LRU caches of 16,384 blocks, each trace `hash_id` expanded into 8 KV blocks of 64 tokens,
+//! bounded-share longest-prefix routing, tails evicted before their prefixes).
 
 use std::collections::HashMap;
 use std::time::Instant;
 
 use kvroute::hash::next_sequence_hash;
-use kvroute::sim::trace::load_trace;
-use kvroute::sim::{FleetConfig, bundled_trace_path, replay_fleet};
+use kvroute::sim::shapes::Shape;
+use kvroute::sim::{FleetConfig, replay_fleet};
 use kvroute::{KvEventData, LocalBlockHash, RouterEvent, SequenceHash, Worker};
 
 /// One replay: the events the fleet published and the requests' block hashes, in order.
@@ -21,8 +22,8 @@ pub struct Workload {
     pub description: String,
 }
 
-/// The fleet this comparison replays: [`FleetConfig`]'s defaults (16 workers × 16,384 blocks,
-/// 8 sub-blocks), the trace replayed `dup` times with distinct salts.
+/// The fleet the conversation trace is replayed through: [`FleetConfig`]'s defaults (16 workers
+/// × 16,384 blocks, 8 sub-blocks), the trace replayed `dup` times with distinct salts.
 pub fn config(dup: u32) -> FleetConfig {
     FleetConfig { workers: 16, cache_blocks: 16_384, sub_blocks: 8, dup, ..FleetConfig::default() }
 }
@@ -53,11 +54,11 @@ impl EngineHashes {
     }
 }
 
-/// The replay of the bundled trace with `dup` salted copies, engine hashes as `hashes` says.
-pub fn build(dup: u32, hashes: EngineHashes) -> Result<Workload, String> {
-    let path = bundled_trace_path();
-    let trace = load_trace(&path).map_err(|e| format!("loading {}: {e}", path.display()))?;
-    let config = config(dup);
+/// The replay of `shape`'s trace with `dup` salted copies through its fleet, engine hashes as
+/// `hashes` says.
+pub fn build(shape: Shape, dup: u32, hashes: EngineHashes) -> Result<Workload, String> {
+    let (trace, config) = shape.build().map_err(|e| format!("building {shape}: {e}"))?;
+    let config = FleetConfig { dup, ..config };
     let start = Instant::now();
     let replay = replay_fleet(&trace, &config);
     let stats = &replay.stats;
@@ -66,16 +67,18 @@ pub fn build(dup: u32, hashes: EngineHashes) -> Result<Workload, String> {
         EngineHashes::Shared => shared_engine_hashes(&replay.events),
     };
     let description = format!(
-        "{} ×{dup}: {} requests, {} workers × {} blocks of {} tokens, {} engine hashes; fleet \
-         hit {:.1}% of requested blocks (unlimited-cache oracle {:.1}%); replayed in {:.1} s",
-        path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into()),
+        "{shape} ×{dup}: {} requests of {:.1} blocks on average, {} workers × {} blocks of {} tokens, \
+         {} engine hashes; fleet hit {:.1}% of requested blocks (unlimited-cache oracle {:.1}%), \
+         {} blocks evicted; replayed in {:.1} s",
         stats.requests,
+        stats.requested_blocks as f64 / stats.requests.max(1) as f64,
         config.workers,
         config.cache_blocks,
         config.block_size(),
         hashes.name(),
         100.0 * stats.hit_rate(),
         100.0 * stats.oracle_hit_rate(),
+        stats.removed_blocks,
         start.elapsed().as_secs_f64(),
     );
     Ok(Workload { events, queries: replay.queries, description })

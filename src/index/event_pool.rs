@@ -10,7 +10,7 @@ use crate::index::lane::{IndexLane, LaneCounters, WorkerBudget};
 use crate::index::lane_trie::{LaneTrie, TrieLimits};
 use crate::index::restarts::{LaneRestart, RestartLog};
 use crate::index::routes::Routes;
-use crate::index::run::walk;
+use crate::index::run::{prefetch_root, walk};
 use crate::index::run_table::{RunTable, RunTableWriter};
 use crate::index::spent::{HANDED_MAX, SpentList};
 use crate::index::{IndexSnapshot, OverlapScores, PoolConfigError};
@@ -276,6 +276,11 @@ impl EventPool {
     pub(crate) fn find_matches_into(&self, query: &[LocalBlockHash], out: &mut Vec<(Worker, u32)>) {
         out.clear();
         let guard = epoch::pin();
+        if self.tables.len() > 1 {
+            for table in &self.tables {
+                prefetch_root(table, query, &guard);
+            }
+        }
         for table in &self.tables {
             walk(table, query, &guard, out);
         }

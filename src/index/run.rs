@@ -85,6 +85,53 @@ fn common_prefix(locals: &[u64], query: &[LocalBlockHash]) -> usize {
     at + locals[at..].iter().zip(&query[at..]).take_while(|(l, q)| **l == q.0).count()
 }
 
+/// Keeps the workers of `active` (sorted) that `members` (sorted) holds at its end, still
+/// sorted, and moves the others before them with depth `depth`. Returns where the kept ones
+/// start.
+///
+/// A merge of the two sorted lists when they are of similar size (a run held by much of the
+/// fleet costs one pass, not a binary search per worker), a binary search per worker when few
+/// are left.
+fn keep_holders(active: &mut [(Worker, u32)], members: &[Worker], depth: u32) -> usize {
+    let mut kept = active.len();
+    // From the back, so kept workers land at the end in their order.
+    if active.len() * 4 < members.len() {
+        for i in (0..active.len()).rev() {
+            if members.binary_search(&active[i].0).is_ok() {
+                kept -= 1;
+                active.swap(i, kept);
+            } else {
+                active[i].1 = depth;
+            }
+        }
+    } else {
+        let mut m = members.len();
+        for i in (0..active.len()).rev() {
+            let worker = active[i].0;
+            while m > 0 && members[m - 1] > worker {
+                m -= 1;
+            }
+            if m > 0 && members[m - 1] == worker {
+                m -= 1;
+                kept -= 1;
+                active.swap(i, kept);
+            } else {
+                active[i].1 = depth;
+            }
+        }
+    }
+    kept
+}
+
+/// Starts loading the slot where [`walk`] looks up `query`'s first run in `table`: called for
+/// every lane before walking any, so the lanes' first cache misses overlap.
+#[inline]
+pub(crate) fn prefetch_root(table: &RunTable, query: &[LocalBlockHash], guard: &Guard) {
+    if let Some(&first) = query.first() {
+        table.prefetch(next_sequence_hash(None, first).0, guard);
+    }
+}
+
 /// Walks one lane's runs along `query` and appends, per worker of the lane that matches, how
 /// many leading blocks it holds (the reference tree's rule: a worker counts until the first
 /// block it does not hold).
@@ -105,6 +152,13 @@ pub(crate) fn walk(
     let mut active = None;
     while let Some(run) = table.get(key, guard, |run| run.is_child(parent, local)) {
         let state = run.state.load(guard);
+        // The next run's key if this one matches whole: known before its hashes are compared,
+        // so the lookup's first cache miss overlaps the comparison's.
+        let next = query.get(at + state.locals.len()).map(|&local| {
+            let key = next_sequence_hash(Some(SequenceHash(state.tail_seq)), local).0;
+            table.prefetch(key, guard);
+            key
+        });
         let matched = common_prefix(&state.locals, &query[at..]);
         debug_assert!(matched > 0, "the run starts with the query's next block");
         let still = match active {
@@ -112,18 +166,7 @@ pub(crate) fn walk(
                 out.extend(state.members.iter().map(|&worker| (worker, 0)));
                 out.len() - state.members.len()
             }
-            Some(before) => {
-                let mut still = before;
-                for i in before..out.len() {
-                    if !state.holds(out[i].0) {
-                        // Drops out at depth `at`: move it before the active workers.
-                        out[i].1 = at as u32;
-                        out.swap(i, still);
-                        still += 1;
-                    }
-                }
-                still
-            }
+            Some(before) => before + keep_holders(&mut out[before..], &state.members, at as u32),
         };
         active = Some(still);
         if still == out.len() {
@@ -133,8 +176,9 @@ pub(crate) fn walk(
         if matched < state.locals.len() || at == query.len() {
             break;
         }
+        let Some(next) = next else { break };
         (parent, local) = (state.tail_id, query[at].0);
-        key = next_sequence_hash(Some(SequenceHash(state.tail_seq)), query[at]).0;
+        key = next;
     }
     if let Some(still) = active {
         out[still..].iter_mut().for_each(|(_, depth)| *depth = at as u32);
@@ -144,6 +188,33 @@ pub(crate) fn walk(
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keep_holders_keeps_the_members_sorted_at_the_end() {
+        let w = |id: u64| Worker::new(id, 0);
+        // Every subset of 0..8 as members, against every subset of 0..8 as active workers:
+        // both strategies (merge, binary search) are reached.
+        for active_bits in 0u32..256 {
+            for member_bits in 0u32..256 {
+                let mut active: Vec<(Worker, u32)> =
+                    (0..8).filter(|i| active_bits & (1 << i) != 0).map(|i| (w(i), 99)).collect();
+                let members: Vec<Worker> =
+                    (0..8).filter(|i| member_bits & (1 << i) != 0).map(w).collect();
+                let kept = keep_holders(&mut active, &members, 7);
+                let expected: Vec<(Worker, u32)> = (0..8)
+                    .filter(|i| active_bits & member_bits & (1 << i) != 0)
+                    .map(|i| (w(i), 99))
+                    .collect();
+                assert_eq!(active[kept..], expected[..]);
+                let mut dropped: Vec<u64> = active[..kept].iter().map(|(x, _)| x.id.0).collect();
+                dropped.sort_unstable();
+                let gone: Vec<u64> =
+                    (0..8).filter(|i| active_bits & !member_bits & (1 << i) != 0).collect();
+                assert_eq!(dropped, gone);
+                assert!(active[..kept].iter().all(|&(_, depth)| depth == 7));
+            }
+        }
+    }
 
     #[test]
     fn common_prefix_finds_the_first_difference_anywhere() {

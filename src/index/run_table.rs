@@ -20,6 +20,7 @@
 
 use crate::index::run::Run;
 use crate::mix::Mixer;
+use crate::prefetch::prefetch_line;
 use crate::sync::epoch::{Guard, Published, Reclaimer};
 use crate::sync::{Arc, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
@@ -220,6 +221,17 @@ impl RunTableWriter {
 }
 
 impl RunTable {
+    /// Starts loading the slot a lookup of `key` begins at, so that its cache miss overlaps
+    /// other work (a hint only: nothing is read or published).
+    #[inline]
+    pub(crate) fn prefetch(&self, key: u64, guard: &Guard) {
+        let slots = self.current.load(guard);
+        let home = self.mixer.mix(stored_key(key)) as usize & slots.mask();
+        if let Some(slot) = slots.slots.get(home) {
+            prefetch_line(slot);
+        }
+    }
+
     /// The first run keyed `key` that `wanted` accepts, if any. Safe against concurrent
     /// writes; `guard` keeps it alive, and it cannot outlive the borrow of the table either.
     pub(crate) fn get<'a>(

@@ -11,8 +11,12 @@ use super::replica::SequencePublisher;
 use crate::sync::Arc;
 
 /// Worker shards by default: enough that writers on different workers rarely share a lock,
-/// few enough that an all-worker query (one trie walk per shard) stays short.
-pub const DEFAULT_WORKER_SHARDS: usize = 8;
+/// few enough that an all-worker query (one trie walk per shard) stays short. A prefix shared
+/// by every worker is walked once per shard: 4 rather than 8 took the all-worker query's median
+/// down by 15–35% on the `compare/` shapes (most with heavy sharing), and the query's median
+/// under a full-speed churner did not rise (BENCHMARKS.md, "#16 workload shapes"). Callers with
+/// many concurrent writers may want more ([`SequencesBuilder::worker_shards`]).
+pub const DEFAULT_WORKER_SHARDS: usize = 4;
 
 /// Request-index shards by default.
 pub const DEFAULT_REQUEST_SHARDS: usize = 64;

@@ -22,6 +22,7 @@ mod engine;
 mod fleet;
 mod kv_manager;
 pub mod load;
+pub mod shapes;
 pub mod trace;
 
 pub use closed_loop::{Policy, SimConfig, SimError, SimInput, SimResult, TimelinePoint, simulate};

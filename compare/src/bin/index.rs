@@ -1,10 +1,11 @@
 //! Side-by-side prefix-index comparison with Dynamo's `dynamo-kv-router` 1.6.1.
 //!
-//! `cargo run --release -p kvroute-compare --bin index -- [--dup N] [--runs R]`
+//! `cargo run --release -p kvroute-compare --bin index -- [--dup N] [--runs R] [--shapes a,b]`
 //!
-//! The parent re-runs this binary once per (subject, run) with `--subject NAME` (runs
-//! interleaved across subjects), so every subject gets a fresh process and its own RSS. Each
-//! child builds the workload (the fleet replay's events and queries), then:
+//! For every workload shape (`kvroute::sim::shapes`: the conversation trace, documents, a shared
+//! fleet), the parent re-runs this binary once per (subject, run) with `--subject NAME --shape S`
+//! (runs interleaved across subjects), so every subject gets a fresh process and its own RSS.
+//! Each child builds the workload (the fleet replay's events and queries), then:
 //!
 //! 1. **ingest**: applies every event and flushes; ingest rate = stream / that time. RSS (after
 //!    `malloc_trim`) before and after, over live (worker, block) entries = bytes per entry.
@@ -19,10 +20,12 @@
 //!    (the same events under worker ids + 1,000: the same tree paths stored and evicted again)
 //!    and flushes, while this thread times queries until that flush returns.
 //!
-//! and prints one `RESULT key=value …` line that the parent parses into the table.
+//! and prints one `RESULT key=value …` line that the parent parses into the tables: one set per
+//! shape, then a summary of kvroute / Dynamo CRTC per shape against issue #16's targets.
 
 use std::process::{Command, ExitCode, Stdio};
 
+use kvroute::sim::shapes::Shape;
 use kvroute_compare::dynamo_crtc::DynamoCrtc;
 use kvroute_compare::dynamo_radix::DynamoRadix;
 use kvroute_compare::kvroute_pool::KvroutePool;
@@ -40,13 +43,15 @@ struct Args {
     dup: u32,
     hashes: EngineHashes,
     runs: usize,
+    shapes: Vec<Shape>,
     subject: Option<String>,
     subjects: Vec<String>,
     plan: Plan,
 }
 
 fn usage() -> &'static str {
-    "usage: index [--dup N] [--runs R] [--engine-hashes H] [--subjects a,b,…] [--timed Q] [--checked C]\n\
+    "usage: index [--dup N] [--runs R] [--shapes a,b,…] [--engine-hashes H] [--subjects a,b,…] [--timed Q] [--checked C]\n\
+     \x20 --shapes      comma-separated subset of: conversation, documents, shared-fleet (default all)\n\
      \x20 --dup N       replay the trace N times with distinct salts (default 1)\n\
      \x20 --engine-hashes shared | per-worker: one engine hash per prefix on every worker (default),\n\
      \x20               or the fleet's per-worker salted hashes (Dynamo's trees reject many events)\n\
@@ -61,6 +66,7 @@ fn parse_args() -> Result<Args, String> {
         dup: 1,
         hashes: EngineHashes::Shared,
         runs: 5,
+        shapes: Shape::ALL.to_vec(),
         subject: None,
         subjects: SUBJECTS.iter().map(|s| s.to_string()).collect(),
         plan: Plan { timed_queries: 20_000, checked_queries: 2_000 },
@@ -79,6 +85,12 @@ fn parse_args() -> Result<Args, String> {
                     .ok_or_else(|| format!("--engine-hashes: {name}? (shared | per-worker)"))?;
             }
             "--runs" => args.runs = number(value()?)?.max(1),
+            "--shapes" | "--shape" => {
+                args.shapes = value()?
+                    .split(',')
+                    .map(|name| Shape::parse(name).ok_or_else(|| format!("unknown shape {name}")))
+                    .collect::<Result<_, _>>()?;
+            }
             "--timed" => args.plan.timed_queries = number(value()?)?.max(1),
             "--checked" => args.plan.checked_queries = number(value()?)?,
             "--subject" => args.subject = Some(value()?),
@@ -113,7 +125,11 @@ fn measure_subject(name: &str, workload: &Workload, plan: Plan) -> Option<Outcom
 }
 
 fn child(name: &str, args: &Args) -> ExitCode {
-    let workload = match workload::build(args.dup, args.hashes) {
+    let Some(&shape) = args.shapes.first() else {
+        eprintln!("no shape given");
+        return ExitCode::FAILURE;
+    };
+    let workload = match workload::build(shape, args.dup, args.hashes) {
         Ok(workload) => workload,
         Err(message) => {
             eprintln!("{message}");
@@ -133,8 +149,9 @@ fn child(name: &str, args: &Args) -> ExitCode {
     }
 }
 
-/// Parent: one fresh process per (subject, run); returns the outcomes and the workload line.
-fn parent(args: &Args) -> Result<(Vec<Runs>, String), String> {
+/// Parent, for one shape: one fresh process per (subject, run); returns the outcomes and the
+/// workload line.
+fn parent(args: &Args, shape: Shape) -> Result<(Vec<Runs>, String), String> {
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     let mut all: Vec<Runs> =
         args.subjects.iter().map(|s| Runs { subject: s.clone(), outcomes: Vec::new() }).collect();
@@ -147,6 +164,7 @@ fn parent(args: &Args) -> Result<(Vec<Runs>, String), String> {
             }
             let output = Command::new(&exe)
                 .args(["--subject", &runs.subject, "--dup", &args.dup.to_string()])
+                .args(["--shape", shape.name()])
                 .args(["--engine-hashes", args.hashes.name()])
                 .args(["--timed", &args.plan.timed_queries.to_string()])
                 .args(["--checked", &args.plan.checked_queries.to_string()])
@@ -165,7 +183,7 @@ fn parent(args: &Args) -> Result<(Vec<Runs>, String), String> {
                 format!("{} run {run}: no result ({}):\n{stdout}", runs.subject, output.status)
             })?;
             eprintln!(
-                "run {run}/{}  {:<18} ingest {:6.2} Mops/s  find p50 {:5.2} µs  p99 {:6.2} µs  {:4.0} B/entry  disagree {}",
+                "{shape} run {run}/{}  {:<18} ingest {:6.2} Mops/s  find p50 {:5.2} µs  p99 {:6.2} µs  {:4.0} B/entry  disagree {}",
                 args.runs,
                 runs.subject,
                 outcome.block_ops_per_sec() / 1e6,
@@ -201,18 +219,38 @@ fn main() -> ExitCode {
     if let Some(name) = &args.subject {
         return child(name, &args);
     }
-    let load_before = load_average();
-    let (all, description) = match parent(&args) {
-        Ok(result) => result,
-        Err(message) => {
-            eprintln!("{message}");
+    let mut shapes = Vec::new();
+    let mut worst = 0;
+    for &shape in &args.shapes {
+        let load_before = load_average();
+        let (all, description) = match parent(&args, shape) {
+            Ok(result) => result,
+            Err(message) => {
+                eprintln!("{message}");
+                return ExitCode::FAILURE;
+            }
+        };
+        if all.is_empty() {
+            eprintln!("{shape}: no subject produced a result");
             return ExitCode::FAILURE;
         }
-    };
-    let Some(first) = all.first().and_then(|r| r.outcomes.first()) else {
-        eprintln!("no subject produced a result");
-        return ExitCode::FAILURE;
-    };
+        print_shape(&args, &all, &description, &load_before);
+        worst = worst
+            .max(all.iter().flat_map(|r| &r.outcomes).map(|o| o.disagreements).max().unwrap_or(0));
+        shapes.push((shape.name().to_string(), all));
+    }
+    if shapes.len() > 1 || args.shapes.len() > 1 {
+        println!(
+            "summary: kvroute / dynamo-crtc per shape (issue #16 targets); median of per-run ratios [range]"
+        );
+        print!("{}", report::summary(&shapes));
+    }
+    if worst > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
+/// One shape's tables: per subject, by matched depth, and the ratios.
+fn print_shape(args: &Args, all: &[Runs], description: &str, load_before: &str) {
+    let Some(first) = all.first().and_then(|r| r.outcomes.first()) else { return };
     println!("index comparison: kvroute vs dynamo-kv-router 1.6.1, medians of {} runs", args.runs);
     println!("workload: {description}");
     println!("load average (1/5/15 min) before: {load_before}; after: {}", load_average());
@@ -230,7 +268,7 @@ fn main() -> ExitCode {
         measure::BUSY_WORKER_OFFSET
     );
     println!();
-    print!("{}", report::table(&all));
+    print!("{}", report::table(all));
     println!(
         "B/entry = RSS growth over the ingest (after malloc_trim) / live entries; untrimmed = \
          before malloc_trim; swept = after forcing the deferred stale-child sweep Dynamo's CRTC \
@@ -238,14 +276,13 @@ fn main() -> ExitCode {
     );
     println!();
     println!("quiescent find_matches split by how deep the query matched (any worker):");
-    print!("{}", report::depth_table(&all));
+    print!("{}", report::depth_table(all));
     let ours =
         if all.iter().any(|r| r.subject == "kvroute") { "kvroute" } else { "kvroute-reference" };
-    let ratios = report::ratios(&all, ours);
+    let ratios = report::ratios(all, ours);
     if !ratios.is_empty() {
         println!();
         print!("{ratios}");
     }
-    let worst = all.iter().flat_map(|r| &r.outcomes).map(|o| o.disagreements).max().unwrap_or(0);
-    if worst > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+    println!();
 }

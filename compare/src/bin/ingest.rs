@@ -10,6 +10,8 @@
 //! shared VM the machine's speed still drifts by tens of percent over minutes: compare builds in
 //! alternating runs.
 //!
+//! `--shape` picks the workload shape (`kvroute::sim::shapes`; default the conversation trace).
+//!
 //! `--recovery` alternates reps without and with `kvroute::recovery::EventRecovery` in front
 //! of the pool (every stream's cursor primed by a `Cleared` barrier before the clock starts), so
 //! the cost of the cursor check shows as the difference of the two medians.
@@ -24,6 +26,7 @@ use std::time::Instant;
 
 use kvroute::index::{EventPool, PoolConfig};
 use kvroute::recovery::{EventRecovery, RecoveryConfig};
+use kvroute::sim::shapes::Shape;
 use kvroute::{RouterEvent, Worker};
 use kvroute_compare::workload::{self, EngineHashes};
 
@@ -34,6 +37,7 @@ fn main() -> ExitCode {
     let mut trim_first = false;
     let mut with_recovery = false;
     let mut hashes = EngineHashes::Shared;
+    let mut shape = Shape::Conversation;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "--clone-inside" {
@@ -60,6 +64,12 @@ fn main() -> ExitCode {
             hashes = parsed;
             continue;
         }
+        if flag == "--shape"
+            && let Some(parsed) = args.next().as_deref().and_then(Shape::parse)
+        {
+            shape = parsed;
+            continue;
+        }
         let value = args.next().and_then(|v| v.parse::<usize>().ok());
         match (flag.as_str(), value) {
             ("--dup", Some(v)) => dup = v.max(1) as u32,
@@ -68,13 +78,14 @@ fn main() -> ExitCode {
             _ => {
                 eprintln!(
                     "usage: ingest [--dup N] [--lanes L] [--reps R] [--queue Q[,Q…]] [--clone-inside] \
-                     [--trim] [--recovery] [--engine-hashes shared|per-worker]"
+                     [--trim] [--recovery] [--engine-hashes shared|per-worker] \
+                     [--shape conversation|documents|shared-fleet]"
                 );
                 return ExitCode::FAILURE;
             }
         }
     }
-    let workload = match workload::build(dup, hashes) {
+    let workload = match workload::build(shape, dup, hashes) {
         Ok(workload) => workload,
         Err(error) => {
             eprintln!("{error}");

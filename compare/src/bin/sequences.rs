@@ -1,12 +1,15 @@
 //! Side by side: kvroute's `MultiWorkerSequences` against dynamo-kv-router 1.6.1's
 //! `ActiveSequencesMultiWorker` (both synchronous), on identical state.
 //!
-//! SequenceLoad (fixed seed): 64 workers × 1,000 active requests of 100–200 blocks (16 tokens each).
-//! Every request starts with a 32-block system prompt shared by all, then the context of one of
-//! its worker's 32 conversations (0–48 blocks, shared by ~31 requests), then its own tail.
-//! Candidates are 256 blocks: system prompt + a random conversation's context + a fresh tail;
-//! the prefix index says every worker holds the system prompt and the conversation's worker holds
-//! the context too.
+//! SequenceLoad (fixed seed), one per shape (`--shapes`, default all three of
+//! `kvroute::sim::load::LoadShape`): `conversation` is 64 workers × 1,000 active requests of
+//! 100–200 blocks (16 tokens each); every request starts with a 32-block system prompt shared by
+//! all, then the context of one of its worker's 32 conversations (0–48 blocks, shared by ~31
+//! requests), then its own tail. Candidates are 256 blocks: system prompt + a random
+//! conversation's context + a fresh tail; the prefix index says every worker holds the system
+//! prompt and the conversation's worker holds the context too. `documents` has no system prompt
+//! and 4,096 documents each held by 3 workers (requests of 20–40 blocks); `shared-fleet` has 256
+//! contexts held by every worker (requests of 40–60 blocks).
 //!
 //! Measured per subject: add+free churn pairs/s (one thread; each pair frees a random request and
 //! adds a fresh one to the same worker, request generation included for both); latency of the
@@ -16,11 +19,13 @@
 //! request (RSS delta of a child process that builds only that subject's state). Both states
 //! live in one process and are measured in alternating rounds, so machine noise hits both alike.
 //!
-//! `cargo run --release -p kvroute-compare --bin sequences [-- --runs N]`
+//! `cargo run --release -p kvroute-compare --bin sequences [-- --runs N] [--shapes a,b]
+//! [--worker-shards N]`
 
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::process::Command;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -29,18 +34,9 @@ use dynamo_kv_router::{
     ActiveSequencesMultiWorker, NoopSequencePublisher, PrefillTokenDeltas, SequenceRequest,
 };
 use kvroute::sequences::{MultiWorkerSequences, PotentialLoad, RequestId};
-use kvroute::sim::load::{LoadCandidate, LoadRng, SequenceLoad};
+use kvroute::sim::load::{LoadCandidate, LoadRng, LoadShape, SequenceLoad};
 use kvroute::{OverlapScores, SequenceHash, Worker};
 
-const WORKERS: usize = SequenceLoad::WORKERS;
-const REQUESTS_PER_WORKER: usize = SequenceLoad::REQUESTS_PER_WORKER;
-const BLOCK_SIZE: usize = SequenceLoad::BLOCK_SIZE;
-const SYSTEM_BLOCKS: usize = SequenceLoad::SYSTEM_BLOCKS;
-const CONVERSATIONS_PER_WORKER: usize = SequenceLoad::CONVERSATIONS_PER_WORKER;
-const MAX_CONTEXT_BLOCKS: usize = SequenceLoad::MAX_CONTEXT_BLOCKS;
-const MIN_BLOCKS: usize = SequenceLoad::REQUEST_BLOCKS.0;
-const MAX_BLOCKS: usize = SequenceLoad::REQUEST_BLOCKS.1;
-const CANDIDATE_BLOCKS: usize = SequenceLoad::CANDIDATE_BLOCKS;
 const CHURN_PAIRS: usize = 200_000;
 const QUERIES: usize = 20_000;
 const SEED: u64 = 0x5EED_2026;
@@ -48,11 +44,14 @@ const SEED: u64 = 0x5EED_2026;
 /// the "under paced churn" rows put the same load on both.
 const PACE: Duration = Duration::from_micros(100);
 
+/// `--worker-shards N`: kvroute's worker shards (default: the builder's), set once in `main`.
+static WORKER_SHARDS: OnceLock<Option<usize>> = OnceLock::new();
+
 /// What both trackers are driven through.
 trait Subject: Sync + Sized {
     type Id: Clone + Send;
     type Query: Sync;
-    fn new() -> Self;
+    fn new(shape: &LoadShape) -> Self;
     fn id(name: String) -> Self::Id;
     fn add(&self, id: Self::Id, worker: usize, blocks: Vec<SequenceHash>, isl: usize, overlap: u32);
     fn free(&self, id: &Self::Id);
@@ -63,7 +62,7 @@ trait Subject: Sync + Sized {
     fn query_timed(&self, query: &Self::Query) -> usize;
 }
 
-struct Dynamo(ActiveSequencesMultiWorker<NoopSequencePublisher>);
+struct Dynamo(ActiveSequencesMultiWorker<NoopSequencePublisher>, usize);
 
 struct DynamoQuery {
     blocks: Vec<u64>,
@@ -74,17 +73,18 @@ impl Subject for Dynamo {
     type Id = String;
     type Query = DynamoQuery;
 
-    fn new() -> Self {
-        let ranges: HashMap<u64, (u32, u32)> = (0..WORKERS as u64).map(|w| (w, (0, 1))).collect();
+    fn new(shape: &LoadShape) -> Self {
+        let ranges: HashMap<u64, (u32, u32)> =
+            (0..shape.workers as u64).map(|w| (w, (0, 1))).collect();
         let tracker = ActiveSequencesMultiWorker::new(
             NoopSequencePublisher,
-            BLOCK_SIZE,
+            shape.block_size,
             ranges,
             false,
             0,
             "decode",
         );
-        Self(tracker)
+        Self(tracker, shape.block_size)
     }
 
     fn id(name: String) -> String {
@@ -93,7 +93,7 @@ impl Subject for Dynamo {
 
     fn add(&self, id: String, worker: usize, blocks: Vec<SequenceHash>, isl: usize, overlap: u32) {
         let blocks = blocks.into_iter().map(|block| block.0).collect();
-        let tokens = isl - overlap as usize * BLOCK_SIZE;
+        let tokens = isl - overlap as usize * self.1;
         let request = SequenceRequest {
             request_id: id,
             token_sequence: Some(blocks),
@@ -115,9 +115,11 @@ impl Subject for Dynamo {
 
     fn prepare(&self, candidate: &LoadCandidate) -> DynamoQuery {
         let mut by_worker = HashMap::default();
-        let home_tokens = candidate.isl - candidate.home_overlap * BLOCK_SIZE;
-        by_worker.insert(WorkerWithDpRank::new(candidate.home as u64, 0), home_tokens);
-        let default_tokens = candidate.isl - SYSTEM_BLOCKS * BLOCK_SIZE;
+        let home_tokens = candidate.isl - candidate.home_overlap * self.1;
+        for &holder in &candidate.holders {
+            by_worker.insert(WorkerWithDpRank::new(holder as u64, 0), home_tokens);
+        }
+        let default_tokens = candidate.isl - candidate.shared_overlap * self.1;
         let deltas = PrefillTokenDeltas::new(default_tokens, by_worker);
         DynamoQuery { blocks: candidate.blocks.iter().map(|block| block.0).collect(), deltas }
     }
@@ -152,9 +154,13 @@ impl Subject for Ours {
     type Id = RequestId;
     type Query = OurQuery;
 
-    fn new() -> Self {
-        let tracker = MultiWorkerSequences::builder(BLOCK_SIZE as u32).build().expect("config");
-        tracker.update_workers((0..WORKERS as u64).map(|w| Worker::new(w, 0)));
+    fn new(shape: &LoadShape) -> Self {
+        let mut builder = MultiWorkerSequences::builder(shape.block_size as u32);
+        if let Some(shards) = WORKER_SHARDS.get().copied().flatten() {
+            builder = builder.worker_shards(shards);
+        }
+        let tracker = builder.build().expect("config");
+        tracker.update_workers((0..shape.workers as u64).map(|w| Worker::new(w, 0)));
         Self(tracker)
     }
 
@@ -210,9 +216,10 @@ struct Fleet<S: Subject> {
 /// Builds the state; `keep_ids` keeps the driver's list of active ids (not kept when only the
 /// subject's own memory is measured).
 fn build<S: Subject>(workload: &SequenceLoad, rng: &mut LoadRng, keep_ids: bool) -> Fleet<S> {
-    let subject = S::new();
-    let mut active: Vec<Vec<S::Id>> = (0..WORKERS).map(|_| Vec::new()).collect();
-    for slot in 0..REQUESTS_PER_WORKER {
+    let shape = workload.shape();
+    let subject = S::new(shape);
+    let mut active: Vec<Vec<S::Id>> = (0..shape.workers).map(|_| Vec::new()).collect();
+    for slot in 0..shape.requests_per_worker {
         for (worker, ids) in active.iter_mut().enumerate() {
             let (blocks, isl, overlap) = workload.request(rng, worker);
             let id = S::id(format!("w{worker}-r{slot}"));
@@ -233,8 +240,8 @@ fn churn_pair<S: Subject>(
     rng: &mut LoadRng,
     counter: &mut u64,
 ) {
-    let worker = rng.below(WORKERS);
-    let slot = rng.below(REQUESTS_PER_WORKER);
+    let worker = rng.below(workload.shape().workers);
+    let slot = rng.below(workload.shape().requests_per_worker);
     subject.free(&active[worker][slot]);
     let (blocks, isl, overlap) = workload.request(rng, worker);
     *counter += 1;
@@ -400,9 +407,9 @@ impl<S: Subject> Bench<S> {
 
 /// One run: both subjects built side by side, then measured in alternating rounds so that
 /// whatever else the machine does weighs on both alike.
-fn measure(run: u64) -> (Measured, Measured) {
+fn measure(shape: &LoadShape, run: u64) -> (Measured, Measured) {
     const ROUNDS: usize = 10;
-    let workload = SequenceLoad::new(&mut LoadRng::new(SEED ^ run));
+    let workload = SequenceLoad::with_shape(shape.clone(), &mut LoadRng::new(SEED ^ run));
     let mut dynamo = Bench::<Dynamo>::new(&workload, run);
     let mut ours = Bench::<Ours>::new(&workload, run);
     let churn = CHURN_PAIRS / ROUNDS;
@@ -448,20 +455,33 @@ fn rss_bytes() -> u64 {
 }
 
 /// In a child process: bytes of RSS per active request after building the state.
-fn memory_child<S: Subject>() {
+fn memory_child<S: Subject>(shape: LoadShape) {
     let mut rng = LoadRng::new(SEED);
-    let workload = SequenceLoad::new(&mut rng);
+    let workload = SequenceLoad::with_shape(shape, &mut rng);
     let before = rss_bytes();
     let fleet = build::<S>(&workload, &mut rng, false);
     let after = rss_bytes();
-    let requests = (WORKERS * REQUESTS_PER_WORKER) as f64;
+    let shape = workload.shape();
+    let requests = (shape.workers * shape.requests_per_worker) as f64;
     println!("BYTES_PER_REQUEST {}", (after - before) as f64 / requests);
     black_box(&fleet.subject);
 }
 
-fn memory_of(subject: &str) -> f64 {
+fn memory_of(subject: &str, shape: &str) -> f64 {
     let exe = std::env::current_exe().expect("own path");
-    let output = Command::new(exe).args(["--subject", subject]).output().expect("child run");
+    let output = Command::new(exe)
+        .args(["--subject", subject, "--shape", shape])
+        .args(
+            WORKER_SHARDS
+                .get()
+                .copied()
+                .flatten()
+                .map(|n| ["--worker-shards".to_string(), n.to_string()])
+                .into_iter()
+                .flatten(),
+        )
+        .output()
+        .expect("child run");
     let stdout = String::from_utf8_lossy(&output.stdout);
     stdout
         .lines()
@@ -471,11 +491,11 @@ fn memory_of(subject: &str) -> f64 {
 }
 
 /// Both subjects answer identically on the same (small) state.
-fn check_agreement() {
+fn check_agreement(shape: &LoadShape) {
     let mut rng_a = LoadRng::new(SEED);
     let mut rng_b = LoadRng::new(SEED);
-    let workload = SequenceLoad::new(&mut rng_a);
-    SequenceLoad::new(&mut rng_b);
+    let workload = SequenceLoad::with_shape(shape.clone(), &mut rng_a);
+    SequenceLoad::with_shape(shape.clone(), &mut rng_b);
     let dynamo = build::<Dynamo>(&workload, &mut rng_a, false);
     let ours = build::<Ours>(&workload, &mut rng_b, false);
     for _ in 0..32 {
@@ -493,37 +513,40 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if let Some(at) = args.iter().position(|a| a == "--subject") {
-        match args.get(at + 1).map(String::as_str) {
-            Some("dynamo") => memory_child::<Dynamo>(),
-            Some("kvroute") => memory_child::<Ours>(),
-            other => eprintln!("unknown subject {other:?}"),
-        }
-        return;
-    }
-    let runs: u64 = args
-        .iter()
-        .position(|a| a == "--runs")
-        .and_then(|at| args.get(at + 1)?.parse().ok())
-        .unwrap_or(3);
+fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    let at = args.iter().position(|a| a == name)?;
+    args.get(at + 1).map(String::as_str)
+}
 
-    println!(
-        "{WORKERS} workers x {REQUESTS_PER_WORKER} requests of {MIN_BLOCKS}-{MAX_BLOCKS} blocks \
-         ({SYSTEM_BLOCKS}-block system prompt, {CONVERSATIONS_PER_WORKER} conversations/worker of \
-         0-{MAX_CONTEXT_BLOCKS} blocks), {CANDIDATE_BLOCKS}-block candidates, {runs} runs"
-    );
-    check_agreement();
+type Field = fn(&Measured) -> f64;
 
+/// (label, figure, target) of every table row.
+const ROWS: [(&str, Field, &str); 10] = [
+    ("add+free churn (pairs/s)", |m| m.churn_pairs_per_s, ">= 2.00"),
+    ("query p50 quiescent (us)", |m| m.p50, "<= 0.50"),
+    ("query p99 quiescent (us)", |m| m.p99, "<= 0.50"),
+    ("query p50 under churn (us)", |m| m.p50_churn, "(*)"),
+    ("query p99 under churn (us)", |m| m.p99_churn, "(*)"),
+    ("churn while queried (pairs/s)", |m| m.churn_during_queries, "-"),
+    ("query p50 under paced churn (us)", |m| m.p50_paced, "<= 0.50"),
+    ("query p99 under paced churn (us)", |m| m.p99_paced, "<= 0.50"),
+    ("paced churn (pairs/s)", |m| m.paced_churn, "-"),
+    ("bytes per active request", |m| m.bytes_per_request, "<= 1.00"),
+];
+
+/// One shape's runs: prints each run and the table; returns the runs.
+fn run_shape(name: &str, shape: &LoadShape, runs: u64) -> Vec<(Measured, Measured)> {
+    println!("== shape {name}: {}, {runs} runs", shape.describe());
+    check_agreement(shape);
     let mut all: Vec<(Measured, Measured)> = Vec::new();
     for run in 0..runs {
-        let (mut dynamo, mut ours) = measure(run);
-        dynamo.bytes_per_request = memory_of("dynamo");
-        ours.bytes_per_request = memory_of("kvroute");
+        let (mut dynamo, mut ours) = measure(shape, run);
+        dynamo.bytes_per_request = memory_of("dynamo", name);
+        ours.bytes_per_request = memory_of("kvroute", name);
         println!(
             "run {run}: churn {:.0} vs {:.0} pairs/s; p50/p99 {:.2}/{:.2} vs {:.2}/{:.2} us; \
-             under churn {:.2}/{:.2} vs {:.2}/{:.2} us; {:.0} vs {:.0} B/request (dynamo vs kvroute)",
+             under churn {:.2}/{:.2} vs {:.2}/{:.2} us; paced {:.2}/{:.2} vs {:.2}/{:.2} us; \
+             {:.0} vs {:.0} B/request (dynamo vs kvroute)",
             dynamo.churn_pairs_per_s,
             ours.churn_pairs_per_s,
             dynamo.p50,
@@ -534,35 +557,84 @@ fn main() {
             dynamo.p99_churn,
             ours.p50_churn,
             ours.p99_churn,
+            dynamo.p50_paced,
+            dynamo.p99_paced,
+            ours.p50_paced,
+            ours.p99_paced,
             dynamo.bytes_per_request,
             ours.bytes_per_request,
         );
         all.push((dynamo, ours));
     }
-
-    type Field = fn(&Measured) -> f64;
-    let rows: [(&str, Field, &str); 11] = [
-        ("add+free churn (pairs/s)", |m| m.churn_pairs_per_s, ">= 2.00"),
-        ("query p50 quiescent (us)", |m| m.p50, "<= 0.50"),
-        ("query p99 quiescent (us)", |m| m.p99, "<= 0.50"),
-        ("query p50 under churn (us)", |m| m.p50_churn, "<= 0.50"),
-        ("query p99 under churn (us)", |m| m.p99_churn, "<= 0.50"),
-        ("churn while queried (pairs/s)", |m| m.churn_during_queries, "-"),
-        ("query p50 under paced churn (us)", |m| m.p50_paced, "<= 0.50"),
-        ("query p99 under paced churn (us)", |m| m.p99_paced, "<= 0.50"),
-        ("paced churn (pairs/s)", |m| m.paced_churn, "-"),
-        ("bytes per active request", |m| m.bytes_per_request, "<= 1.00"),
-        ("", |_| 0.0, ""),
-    ];
     println!();
     println!("medians over {runs} runs");
-    println!("{:<32} {:>12} {:>12} {:>9} {:>8}", "metric", "dynamo", "kvroute", "ratio", "target");
-    for (name, field, target) in rows.iter().filter(|row| !row.0.is_empty()) {
+    println!(
+        "{:<32} {:>12} {:>12} {:>9} {:>13} {:>8}",
+        "metric", "dynamo", "kvroute", "ratio", "range", "target"
+    );
+    for (label, field, target) in ROWS {
         let theirs = median(all.iter().map(|(d, _)| field(d)).collect());
         let mine = median(all.iter().map(|(_, o)| field(o)).collect());
         // The ratio is taken within each run (same machine state), then the median of those.
-        let ratio = median(all.iter().map(|(d, o)| field(o) / field(d)).collect());
-        println!("{name:<32} {theirs:>12.2} {mine:>12.2} {ratio:>9.2} {target:>8}");
+        let ratios: Vec<f64> = all.iter().map(|(d, o)| field(o) / field(d)).collect();
+        let (lo, hi) = ratios
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &r| (lo.min(r), hi.max(r)));
+        let ratio = median(ratios);
+        let range = format!("{lo:.2}-{hi:.2}");
+        println!("{label:<32} {theirs:>12.2} {mine:>12.2} {ratio:>9.2} {range:>13} {target:>8}");
     }
-    println!("ratio = median over runs of (kvroute / dynamo within the run)");
+    println!(
+        "ratio = median over runs of (kvroute / dynamo within the run); (*) full-speed churn: \
+         kvroute's figure <= 0.70 x Dynamo's own full-speed figure"
+    );
+    println!();
+    all
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let shards = flag(&args, "--worker-shards").and_then(|n| n.parse().ok());
+    WORKER_SHARDS.get_or_init(|| shards);
+    if let Some(subject) = flag(&args, "--subject") {
+        let shape = flag(&args, "--shape").and_then(LoadShape::named).unwrap_or_default();
+        match subject {
+            "dynamo" => memory_child::<Dynamo>(shape),
+            "kvroute" => memory_child::<Ours>(shape),
+            other => eprintln!("unknown subject {other:?}"),
+        }
+        return;
+    }
+    let runs: u64 = flag(&args, "--runs").and_then(|r| r.parse().ok()).unwrap_or(3);
+    let names: Vec<String> = match flag(&args, "--shapes") {
+        Some(list) => list.split(',').map(str::to_string).collect(),
+        None => LoadShape::NAMES.iter().map(|n| n.to_string()).collect(),
+    };
+    let mut summary = Vec::new();
+    for name in &names {
+        let Some(shape) = LoadShape::named(name) else {
+            eprintln!("unknown shape {name} (one of {})", LoadShape::NAMES.join(", "));
+            std::process::exit(2);
+        };
+        summary.push((name.clone(), run_shape(name, &shape, runs)));
+    }
+    println!(
+        "summary: kvroute / dynamo per shape, median of per-run ratios (targets: <= 0.50; full-speed churn <= 0.70)"
+    );
+    println!(
+        "{:<14} {:>10} {:>10} {:>11} {:>11} {:>12} {:>12}",
+        "shape", "p50 quiet", "p99 quiet", "p50 paced", "p99 paced", "p50 full", "p99 full"
+    );
+    for (name, all) in &summary {
+        let ratio = |field: Field| median(all.iter().map(|(d, o)| field(o) / field(d)).collect());
+        println!(
+            "{name:<14} {:>10.2} {:>10.2} {:>11.2} {:>11.2} {:>12.2} {:>12.2}",
+            ratio(|m| m.p50),
+            ratio(|m| m.p99),
+            ratio(|m| m.p50_paced),
+            ratio(|m| m.p99_paced),
+            ratio(|m| m.p50_churn),
+            ratio(|m| m.p99_churn),
+        );
+    }
 }
