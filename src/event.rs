@@ -296,7 +296,7 @@ impl fmt::Display for ApplyError {
             }
             Self::IndexFull { worker, blocks, capacity } => write!(
                 f,
-                "worker {worker}: {blocks} blocks rejected: its lane holds the most it can ({capacity})"
+                "worker {worker}: {blocks} blocks rejected: its lane holds all it can ({capacity})"
             ),
         }
     }

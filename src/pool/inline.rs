@@ -2,8 +2,9 @@
 //!
 //! Each lane's state sits behind a mutex, and every message or task is handled right away by
 //! the thread that sends it, followed by the hooks a lane thread calls when its queue runs
-//! empty ([`Lane::idle`], then [`Lane::quiet`]), and with the same panic handling ([`Lane::recover`], or the lane goes down). Nothing is queued, so a
-//! message is applied when its send returns and [`InlineLanes::flush`] has nothing to wait for.
+//! empty ([`Lane::idle`], then [`Lane::quiet`]), and with the same panic handling
+//! ([`Lane::recover`], or the lane goes down). Nothing is queued, so a message is applied when
+//! its send returns and [`InlineLanes::flush`] has nothing to wait for.
 //!
 //! This is for embedders that want no threads and a deterministic order (simulations,
 //! replays, fuzzing): one caller at a time per lane, and calls on one lane never overlap, so
@@ -100,8 +101,8 @@ enum Handled<R> {
 }
 
 /// Calls `work` on the state in `slot` (which holds one), then the hooks a lane thread calls
-/// when its queue runs empty, catching a panic as a lane thread does: [`Lane::recover`], or the state is dropped
-/// and the lane is down.
+/// when its queue runs empty, catching a panic as a lane thread does: [`Lane::recover`], or the
+/// state is dropped and the lane is down.
 fn run_guarded<L: Lane, R>(slot: &mut Option<L>, work: impl FnOnce(&mut L) -> R) -> Handled<R> {
     let Some(state) = slot.as_mut() else { return Handled::Down };
     let outcome = catch_unwind(AssertUnwindSafe(|| {

@@ -5,13 +5,13 @@
 //! table dropped under a reader is a compile error, not a dangling read). Replacing is an
 //! atomic swap, so each old value is unlinked exactly once whoever replaces it: nothing about
 //! `Published` relies on there being one writer. What a writer unlinks goes to its
-//! [`Reclaimer`] and
-//! is freed on the writer's thread once every reader pinned before the unlinking has unpinned:
-//! while the writer lives, readers only ever run a flag store for it, never a destructor, so a
-//! query's latency does not depend on how much the writer retires. What a reclaimer still holds
-//! when it drops (a pool shutting down) goes to crossbeam's global queue, whose frees any
-//! pinning thread may run, a reader included. Normally pinning is `crossbeam-epoch`'s; under loom
-//! nothing is freed before the reclaimer drops, so loom sees our own orderings only.
+//! [`Reclaimer`] and is freed on the writer's thread once every reader pinned before the
+//! unlinking has unpinned: while the writer lives, readers only ever run a flag store for it,
+//! never a destructor, so a query's latency does not depend on how much the writer retires.
+//! What a reclaimer still holds when it drops (a pool shutting down) goes to crossbeam's global
+//! queue, whose frees any pinning thread may run, a reader included. Normally pinning is
+//! `crossbeam-epoch`'s; under loom nothing is freed before the reclaimer drops, so loom sees our
+//! own orderings only.
 
 /// A value the writer has unlinked and readers may still hold.
 pub type Garbage = Box<dyn Send>;
