@@ -161,15 +161,20 @@ pub fn render_view(now: &SubscriberStats, earlier: &SubscriberStats, router: &Kv
         now.gaps_healed().to_string(),
         now.decode_errors().to_string(),
     ]);
-    let stats = router.stats();
-    let blocks: u64 = stats.index.iter().map(|tier| tier.live_entries).sum();
-    let workers = router.index().device().workers().map_or(0, |w| w.len());
+    let (workers, blocks) = index_size(router);
     let mut text = table(&headers, &rows, 2);
     text.push_str(&format!(
         "index: {workers} workers, {blocks} blocks held; up {:.0} s\n",
         now.uptime.as_secs_f64()
     ));
     text
+}
+
+/// The index's size: the workers it knows (device tier) and the blocks it holds (every tier).
+fn index_size(router: &KvRouter) -> (usize, u64) {
+    let blocks = router.index().stats().iter().map(|tier| tier.live_entries).sum();
+    let workers = router.index().device().workers().map_or(0, |w| w.len());
+    (workers, blocks)
 }
 
 /// The replicas' requests in flight per worker (`--nats`).
@@ -238,9 +243,7 @@ pub fn render_metrics(stats: &SubscriberStats, router: &KvRouter) -> String {
     };
     let family =
         |name, help, kind, value| Metric { name, help, kind, samples: per_endpoint(value) };
-    let index = router.stats().index;
-    let blocks: u64 = index.iter().map(|tier| tier.live_entries).sum();
-    let workers = router.index().device().workers().map_or(0, |w| w.len());
+    let (workers, blocks) = index_size(router);
     metrics::render(&[
         family("kvroute_events_total", "Events applied to the index.", Kind::Counter, |e| e.events),
         family("kvroute_block_ops_total", "Block operations applied.", Kind::Counter, |e| {
