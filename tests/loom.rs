@@ -69,6 +69,22 @@ fn a_tombstone_is_reused_only_by_its_own_key() {
     });
 }
 
+/// A change replaces a run's version in its slot: a reader sees the old version or the new one,
+/// whole, and the old one stays readable until the reader is done (the reclaimer keeps it).
+#[test]
+fn a_replaced_run_is_seen_old_or_new_never_mixed() {
+    loom::model(|| {
+        let table = LoomTable::default();
+        table.insert(5, &[1, 10]);
+        let reader = table.clone();
+        let query = thread::spawn(move || reader.get(5));
+        table.replace(5, &[1, 11, 12]);
+        let seen = query.join().unwrap();
+        assert!(seen == Some(vec![1, 10]) || seen == Some(vec![1, 11, 12]), "saw {seen:?}");
+        assert_eq!(table.get(5), Some(vec![1, 11, 12]));
+    });
+}
+
 /// Runs under one key (#18 item 1: keys are not unique): while the writer removes one of two
 /// and publishes a third under the same key (reusing the removed one's slot), a reader looking
 /// for the one that stays always finds it, whole.

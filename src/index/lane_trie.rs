@@ -21,7 +21,7 @@ use crate::index::holder_sets::HolderSets;
 use crate::index::locals::Locals;
 use crate::index::run::{ROOT_TAIL, Run, RunId, RunState};
 use crate::index::run_table::RunTableWriter;
-use crate::sync::epoch::{Guard, Published, Reclaimer};
+use crate::sync::epoch::{Guard, Reclaimer};
 use crate::sync::{Arc, AtomicU32, Ordering};
 
 /// Identifies a node (one block's place in the tree) to its lane.
@@ -203,12 +203,13 @@ impl LaneTrie {
     }
 
     /// The current state of `run`; `guard` keeps it alive after a later change retires it.
-    fn state<'g>(&self, run: RunId, guard: &'g Guard) -> &'g RunState {
-        // SAFETY: a run's last count is always released through `retired`: the table's count
-        // is retired when the run is unlinked, before the lane drops its own `Arc` (in
-        // `remove_run` and `reset`; nothing else drops one). So the cell lives as long as any
-        // guard pinned before the unlinking, `guard` included.
-        unsafe { self.meta(run).run.state.load_pinned(guard) }
+    fn state<'g>(&self, run: RunId, _guard: &'g Guard) -> &'g RunState {
+        let version = Arc::as_ptr(&self.meta(run).run);
+        // SAFETY: a version's last count is always released through `retired`: the table's
+        // count is retired when the version leaves its slot (replaced in `publish`, unlinked
+        // in `remove_run` and `reset`), before the lane drops its own `Arc`; nothing else drops
+        // one. So the version lives as long as any guard pinned before that, `_guard` included.
+        unsafe { &(*version).state }
     }
 
     /// Live nodes.
@@ -366,7 +367,7 @@ impl LaneTrie {
             meta.seqs.extend(kept.map(|(_, &seq)| seq));
             let locals = Locals::new(&joined);
             self.joined = joined;
-            self.publish(parent, RunState { locals, tail_seq, tail_id, members });
+            self.publish(parent, RunState { locals, tail_seq, tail_id, members }, guard);
         } else {
             let state = RunState {
                 locals: Locals::new(locals),
@@ -521,7 +522,7 @@ impl LaneTrie {
             tail_id: head_tail,
             members: state.members.clone(),
         };
-        self.publish(run, head);
+        self.publish(run, head, guard);
         new
     }
 
@@ -542,21 +543,29 @@ impl LaneTrie {
             tail_id: self.fresh_tail(),
             members: state.members.clone(),
         };
-        self.publish(run, head);
+        self.publish(run, head, guard);
         self.free_nodes.extend(dropped);
     }
 
-    /// Replaces the state of `run`; the old one is retired.
-    fn publish(&mut self, run: RunId, state: RunState) {
-        let meta = self.runs[run as usize].as_ref().expect("live run");
-        meta.run.state.replace(state, &mut self.retired);
+    /// Replaces the state of `run` with a new version in its slot; the old one is retired.
+    fn publish(&mut self, run: RunId, state: RunState, guard: &Guard) {
+        let meta = self.runs[run as usize].as_mut().expect("live run");
+        let current = &meta.run;
+        let next = Arc::new(Run {
+            id: AtomicU32::new(run),
+            parent_tail: current.parent_tail,
+            first: current.first,
+            state,
+        });
+        self.table.replace(meta.seqs[0], current, next.clone(), guard, &mut self.retired);
+        meta.run = next;
     }
 
     fn set_members(&mut self, run: RunId, members: Arc<[Worker]>, guard: &Guard) {
         let state = self.state(run, guard);
         let (locals, tail_seq, tail_id) = (state.locals.clone(), state.tail_seq, state.tail_id);
         let next = RunState { locals, tail_seq, tail_id, members };
-        self.publish(run, next);
+        self.publish(run, next, guard);
     }
 
     /// A node id for a block about to be appended, which its first holder names `name` (so
@@ -617,7 +626,7 @@ impl LaneTrie {
         for &child in &children {
             self.meta_mut(child).parent = id;
         }
-        let (first, state) = (state.locals[0], Published::new(state));
+        let first = state.locals[0];
         let run = Arc::new(Run { id: AtomicU32::new(id), parent_tail, first, state });
         self.table.insert(seqs[0], run.clone(), guard, &mut self.retired);
         self.runs[id as usize] = Some(RunMeta { run, parent, children, ids, seqs });
@@ -698,10 +707,9 @@ impl LaneTrie {
             .iter()
             .flatten()
             .map(|meta| {
-                let state = meta.run.state.load(guard);
+                let state = &meta.run.state;
                 size_of::<Run>()
                     + 2 * size_of::<usize>() // the `Arc` counts
-                    + size_of::<RunState>()
                     + state.locals.allocated()
                     + HolderSets::own_bytes(&state.members)
                     + meta.children.capacity() * 4

@@ -7,7 +7,7 @@ use crate::index::locals::Locals;
 use crate::index::run::{Run, RunState, walk};
 use crate::index::run_table::{RunTable, RunTableWriter};
 use crate::mix::Mixer;
-use crate::sync::epoch::{Published, Reclaimer, pin};
+use crate::sync::epoch::{Reclaimer, pin};
 use crate::sync::{Arc, AtomicU32, shared_slice};
 
 /// One lane's tree, written through the lane's own operations.
@@ -98,19 +98,34 @@ impl LoomTable {
         (1..).find(|&other| other != key && home(other) == home(key)).expect("some key")
     }
 
-    /// Publishes a run with content `locals` under `key`.
-    pub fn insert(&self, key: u64, locals: &[u64]) {
+    /// A run with content `locals`.
+    fn run(locals: &[u64]) -> Arc<Run> {
         let state = RunState {
             locals: Locals::new(locals),
             tail_seq: 0,
             tail_id: 0,
             members: shared_slice(&[]),
         };
-        let state = Published::new(state);
-        let run = Arc::new(Run { id: AtomicU32::new(0), parent_tail: 0, first: locals[0], state });
+        Arc::new(Run { id: AtomicU32::new(0), parent_tail: 0, first: locals[0], state })
+    }
+
+    /// Publishes a run with content `locals` under `key`.
+    pub fn insert(&self, key: u64, locals: &[u64]) {
+        let run = Self::run(locals);
         self.runs.lock().expect("not poisoned").push((key, run.clone()));
         let (writer, retired) = &mut *self.writer.lock().expect("not poisoned");
         writer.insert(key, run, &pin(), retired);
+    }
+
+    /// Replaces the run last published under `key` with a version whose content is `locals`
+    /// (its first hash must stay: it identifies the run), as a lane does on every change.
+    pub fn replace(&self, key: u64, locals: &[u64]) {
+        let mut runs = self.runs.lock().expect("not poisoned");
+        let at = runs.iter().rposition(|(k, _)| *k == key).expect("a published key");
+        let next = Self::run(locals);
+        let current = std::mem::replace(&mut runs[at].1, next.clone());
+        let (writer, retired) = &mut *self.writer.lock().expect("not poisoned");
+        writer.replace(key, &current, next, &pin(), retired);
     }
 
     /// Unlinks the run last published under `key`.
@@ -135,13 +150,13 @@ impl LoomTable {
     pub fn get_starting(&self, key: u64, first: u64) -> Option<Vec<u64>> {
         let guard = pin();
         let run = self.table.get(key, &guard, |run| run.first == first)?;
-        Some(run.state.load(&guard).locals.to_vec())
+        Some(run.state.locals.to_vec())
     }
 
     /// The content of the first run under `key`, if any.
     pub fn get(&self, key: u64) -> Option<Vec<u64>> {
         let guard = pin();
         let run = self.table.get(key, &guard, |_| true)?;
-        Some(run.state.load(&guard).locals.to_vec())
+        Some(run.state.locals.to_vec())
     }
 }

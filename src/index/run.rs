@@ -1,8 +1,10 @@
 //! [`Run`]: a chain of tree nodes that the same workers hold and that only branches at its end,
 //! the unit a lane's tree is made of, and the lock-free walk queries take over one lane's runs.
 //!
-//! A run's state (its content hashes, the sequence hash of its last block, its holders) is one
-//! immutable [`RunState`] that the lane replaces whole, so a reader always sees a consistent run.
+//! A [`Run`] is one immutable version: its identity and its [`RunState`] (content hashes,
+//! the sequence hash of its last block, its holders) in one allocation, so a lookup reaches
+//! everything a walk compares in one step from the table's slot. The lane replaces a run's
+//! version whole in its slot, so a reader always sees a consistent run.
 //! Runs are found by key (our sequence hash of their first block) in the lane's [`RunTable`];
 //! the key of the run after a matched run follows from its last sequence hash and the query's
 //! next content hash, so a query hashes once per run, not once per block.
@@ -18,22 +20,23 @@ use crate::event::{LocalBlockHash, SequenceHash, Worker};
 use crate::hash::next_sequence_hash;
 use crate::index::locals::Locals;
 use crate::index::run_table::RunTable;
-use crate::sync::epoch::{Guard, Published};
+use crate::sync::epoch::Guard;
 use crate::sync::{Arc, AtomicU32};
 
 /// Identifies a run to its lane (an index into the lane's arena).
 pub(crate) type RunId = u32;
 
-/// See the [module docs](self).
+/// One version of a run; see the [module docs](self).
 pub(crate) struct Run {
     /// The lane's id for this run, so a lookup by key leads the writer to its bookkeeping
-    /// (only the writer uses it; atomic so it can renumber runs while readers hold them).
+    /// (only the writer uses it, on the current version; atomic so it can renumber runs while
+    /// readers hold them).
     pub(crate) id: AtomicU32,
     /// The tail id of the node this run hangs from ([`ROOT_TAIL`] for a root).
     pub(crate) parent_tail: u64,
     /// The content hash of the run's first block.
     pub(crate) first: u64,
-    pub(crate) state: Published<RunState>,
+    pub(crate) state: RunState,
 }
 
 /// The tail id roots hang from; lanes draw real ones from 1 up.
@@ -47,7 +50,7 @@ impl Run {
     }
 }
 
-/// One published version of a run.
+/// What changes between a run's versions.
 pub(crate) struct RunState {
     /// The content hash of each block, shared between versions of the run.
     pub(crate) locals: Locals,
@@ -151,7 +154,7 @@ pub(crate) fn walk(
     // `out[active..]`: this lane's workers that hold every block matched so far.
     let mut active = None;
     while let Some(run) = table.get(key, guard, |run| run.is_child(parent, local)) {
-        let state = run.state.load(guard);
+        let state = &run.state;
         // The next run's key if this one matches whole: known before its hashes are compared,
         // so the lookup's first cache miss overlaps the comparison's.
         let next = query.get(at + state.locals.len()).map(|&local| {

@@ -159,18 +159,39 @@ impl RunTableWriter {
         self.0.live.store(self.0.live.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
 
+    /// Puts `next` (a new version of `current`, published under `key`) in `current`'s slot;
+    /// `current`'s count is released once readers that may hold it are gone.
+    pub(crate) fn replace(
+        &mut self,
+        key: u64,
+        current: &Run,
+        next: Arc<Run>,
+        guard: &Guard,
+        retired: &mut Reclaimer,
+    ) {
+        let slot = self.slot_of(stored_key(key), current, guard);
+        // Release: a reader that loads the pointer sees the version whole.
+        let old = slot.run.swap(Arc::into_raw(next).cast_mut(), Ordering::AcqRel);
+        retired.retire(Box::new(OwnedRun(old)));
+    }
+
+    /// The slot holding `run`, published under `key` (as stored).
+    fn slot_of<'a>(&'a self, key: u64, run: &Run, guard: &'a Guard) -> &'a Slot {
+        let wanted = std::ptr::from_ref(run).cast_mut();
+        self.0
+            .current
+            .load(guard)
+            .probe(key, self.0.mixer)
+            .find(|&(slot, found)| found == key && slot.run.load(Ordering::Relaxed) == wanted)
+            .map(|(slot, _)| slot)
+            .expect("a live run is in the table under its key")
+    }
+
     /// Unlinks `run`, published under `key`; its count is released once readers that may hold
     /// it are gone.
     pub(crate) fn remove(&mut self, key: u64, run: &Run, guard: &Guard, retired: &mut Reclaimer) {
-        let key = stored_key(key);
-        let wanted = std::ptr::from_ref(run).cast_mut();
-        let run = {
-            let mut slots = self.0.current.load(guard).probe(key, self.0.mixer);
-            let (slot, _) = slots
-                .find(|&(slot, found)| found == key && slot.run.load(Ordering::Relaxed) == wanted)
-                .expect("a live run is in the table under its key");
-            slot.run.swap(std::ptr::null_mut(), Ordering::AcqRel)
-        };
+        let slot = self.slot_of(stored_key(key), run, guard);
+        let run = slot.run.swap(std::ptr::null_mut(), Ordering::AcqRel);
         retired.retire(Box::new(OwnedRun(run)));
         let live = self.0.live.load(Ordering::Relaxed) - 1;
         self.0.live.store(live, Ordering::Relaxed);
@@ -305,7 +326,7 @@ mod tests {
             members: shared_slice(&[Worker::new(key, 0)]),
         };
         let id = AtomicU32::new(key as u32);
-        Arc::new(Run { id, parent_tail, first: key, state: Published::new(state) })
+        Arc::new(Run { id, parent_tail, first: key, state })
     }
 
     fn run(key: u64) -> Arc<Run> {
@@ -332,7 +353,7 @@ mod tests {
                     for key in 1..=keys {
                         let guard = pin();
                         if let Some(run) = table.get(key, &guard, any) {
-                            let state = run.state.load(&guard);
+                            let state = &run.state;
                             assert_eq!(&*state.locals, &[key, key + 1]);
                             assert_eq!(state.members[0], Worker::new(key, 0));
                             found += 1;
@@ -376,6 +397,57 @@ mod tests {
         // Key 0 is stored as a stand-in.
         table.insert(0, run(0), &guard, &mut retired);
         assert!(table.get(0, &guard, any).is_some());
+    }
+
+    /// A lane replaces a run's version in its slot on every change: a reader sees one version
+    /// whole (its content and its holders agree), and a version it holds stays readable after
+    /// it is replaced, until the reclaimer frees it. Run under miri too (see the README).
+    #[test]
+    fn replaced_versions_stay_whole_under_a_reader() {
+        let versions: u64 = if cfg!(miri) { 40 } else { 4000 };
+        let version = |v: u64| {
+            let state = RunState {
+                locals: Locals::new(&[1, v]),
+                tail_seq: v,
+                tail_id: v,
+                members: shared_slice(&[Worker::new(v, 0)]),
+            };
+            Arc::new(Run { id: AtomicU32::new(0), parent_tail: 0, first: 1, state })
+        };
+        let mut table = RunTableWriter::new(Mixer::random());
+        let mut retired = Reclaimer::default();
+        let mut current = version(0);
+        table.insert(1, current.clone(), &pin(), &mut retired);
+        let done = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (table, done) = (table.table().clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut last = 0;
+                while !done.load(Ordering::Acquire) {
+                    let guard = pin();
+                    let run = table.get(1, &guard, any).expect("always published");
+                    let v = run.state.tail_seq;
+                    assert_eq!(&*run.state.locals, &[1, v]);
+                    assert_eq!(run.state.members[0], Worker::new(v, 0));
+                    assert!(v >= last, "versions go forward: {v} after {last}");
+                    last = v;
+                }
+            })
+        };
+        for v in 1..=versions {
+            let guard = pin();
+            let next = version(v);
+            table.replace(1, &current, next.clone(), &guard, &mut retired);
+            current = next;
+            retired.seal(&guard);
+            drop(guard);
+            retired.reclaim();
+        }
+        done.store(true, Ordering::Release);
+        reader.join().unwrap();
+        let guard = pin();
+        assert_eq!(table.get(1, &guard, any).expect("published").state.tail_seq, versions);
+        assert_eq!(table.table().live.load(Ordering::Relaxed), 1);
     }
 
     /// #18 item 1: runs under one key (equal keys, and 0 next to `u64::MAX`) are each found by

@@ -123,20 +123,6 @@ mod imp {
             unsafe { shared.deref() }
         }
 
-        /// [`Self::load`] for a writer whose borrow of the cell ends before the guard's: the
-        /// value stays alive for as long as the guard.
-        ///
-        /// # Safety
-        ///
-        /// The cell must not be dropped while `guard` lives: its owner must be freed only
-        /// through a [`Reclaimer`] (after the guards pinned before it was retired are gone).
-        pub unsafe fn load_pinned<'g>(&self, guard: &'g Guard) -> &'g T {
-            let shared = self.0.load(Ordering::Acquire, &guard.0);
-            // SAFETY: non-null, as in `load`; a replaced value outlives `'g` as in `load`, and
-            // the caller promises the cell itself does too.
-            unsafe { shared.deref() }
-        }
-
         /// Publishes `value` and retires the old one to `reclaimer` (the caller's). Any thread
         /// may replace: the swap hands each old value to exactly one caller.
         pub fn replace(&self, value: T, reclaimer: &mut Reclaimer) {
@@ -222,16 +208,6 @@ mod imp {
         pub fn load<'g>(&'g self, _guard: &'g Guard) -> &'g T {
             // SAFETY: non-null; a replaced value is kept by the reclaimer, which the models
             // drop only after their readers are joined.
-            unsafe { &*self.current.load(Ordering::Acquire) }
-        }
-
-        /// See the non-loom `load_pinned`.
-        ///
-        /// # Safety
-        ///
-        /// The cell must not be dropped while `guard` lives.
-        pub unsafe fn load_pinned<'g>(&self, _guard: &'g Guard) -> &'g T {
-            // SAFETY: as in `load`, and the caller keeps the cell alive for `'g`.
             unsafe { &*self.current.load(Ordering::Acquire) }
         }
 
