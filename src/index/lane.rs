@@ -118,6 +118,26 @@ impl Lane for IndexLane {
         self.applied += 1;
     }
 
+    /// The worker map's buckets of the next event's parent and first blocks: for short events
+    /// (a dozen blocks) those are most of its lookups, and [`Self::validate`]'s own prefetch,
+    /// [`PREFETCH_AHEAD`] blocks ahead, starts too late for them.
+    fn ahead(&self, next: &RouterEvent) {
+        let Some(held) = self.workers.get(&next.worker()) else { return };
+        match &next.event.data {
+            KvEventData::Stored { parent, blocks } => {
+                if let Some(parent) = parent {
+                    held.prefetch(parent.0);
+                }
+                let names = blocks.iter().take(PREFETCH_AHEAD);
+                names.for_each(|block| held.prefetch(block.hash.0));
+            }
+            KvEventData::Removed { blocks } => {
+                blocks.iter().take(PREFETCH_AHEAD).for_each(|name| held.prefetch(name.0));
+            }
+            KvEventData::Cleared => {}
+        }
+    }
+
     /// Every [`SPENT_BATCH`] events: hands their lists over and calls a producer to free them.
     fn wants_producer(&mut self) -> bool {
         if self.applied < SPENT_BATCH {

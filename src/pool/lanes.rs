@@ -25,6 +25,14 @@ pub trait Lane: Send + 'static {
     /// Handles one message.
     fn handle(&mut self, message: Self::Message);
 
+    /// Called with the message after the one about to be handled, when the lane already holds
+    /// it (in the same batch): a place to start loading what that message will look up, so
+    /// its first cache misses overlap the current message's work. A hint only: it must not
+    /// change anything a handler depends on.
+    fn ahead(&self, next: &Self::Message) {
+        let _ = next;
+    }
+
     /// Called when the lane's queue is momentarily empty (before it waits for more) and before
     /// every task: a place for deferred work such as publishing counters.
     fn idle(&mut self) {}
@@ -349,7 +357,13 @@ fn serve<L: Lane>(lane: &mut L, receiver: &Receiver<Envelope<L>>, room: &Room) {
                 break;
             }
             room.taken(receiver);
-            batch.for_each(|envelope| handle(lane, envelope));
+            let mut batch = batch.peekable();
+            while let Some(envelope) = batch.next() {
+                if let Some(Envelope::Message(next)) = batch.peek() {
+                    lane.ahead(next);
+                }
+                handle(lane, envelope);
+            }
         }
         lane.idle();
         lane.quiet(&|| receiver.len());
@@ -403,6 +417,57 @@ mod tests {
         for key in 0..5 {
             let values: Vec<u64> = log.iter().filter(|m| m.0 == key).map(|m| m.1).collect();
             assert_eq!(values, (0..200).collect::<Vec<_>>());
+        }
+    }
+
+    /// Per look ahead: the last message handled, and the one shown.
+    type Shown = Arc<Mutex<Vec<(Option<u64>, u64)>>>;
+
+    /// Records what it handles and, per message, the one it was shown ahead of it.
+    struct LookingAhead {
+        handled: Vec<u64>,
+        shown: Shown,
+        gate: Arc<Mutex<()>>,
+    }
+
+    impl Lane for LookingAhead {
+        type Message = u64;
+        fn ahead(&self, next: &u64) {
+            let last = self.handled.last().copied();
+            self.shown.lock().push((last, *next));
+        }
+        fn handle(&mut self, message: u64) {
+            // The first message waits, so the rest arrive as one batch.
+            drop(self.gate.lock());
+            self.handled.push(message);
+        }
+    }
+
+    #[test]
+    fn a_batch_shows_the_lane_each_next_message_before_the_current_one() {
+        let shown = Arc::new(Mutex::new(Vec::new()));
+        let gate = Arc::new(Mutex::new(()));
+        let held = gate.lock();
+        let pool = StickyPool::new(1, 64, |_| LookingAhead {
+            handled: Vec::new(),
+            shown: shown.clone(),
+            gate: gate.clone(),
+        })
+        .expect("lanes start");
+        for message in 0..20 {
+            pool.send(0, message).unwrap();
+        }
+        drop(held);
+        pool.flush().unwrap();
+        let handled = pool.run_on_lane(0, |lane: &mut LookingAhead| lane.handled.clone()).unwrap();
+        assert_eq!(handled, (0..20).collect::<Vec<_>>());
+        // Message 0 is taken alone; then the rest come as a batch, each shown right before the
+        // one ahead of it is handled (after the one before that), the batch's first never.
+        let shown = shown.lock().clone();
+        assert!(!shown.is_empty(), "a batch was looked ahead in");
+        for &(last, next) in &shown {
+            let before = last.expect("shown after the first message was handled");
+            assert_eq!(next, before + 2, "{shown:?}");
         }
     }
 
