@@ -15,6 +15,43 @@ pub(crate) fn prefetch_line<T>(value: &T) {
 #[inline]
 pub(crate) fn prefetch_line<T>(_: &T) {}
 
+/// Starts loading every cache line `value` spans (a value of a few lines, read whole soon).
+#[inline]
+pub(crate) fn prefetch_all<T>(value: &T) {
+    const LINE: usize = 64;
+    let start = std::ptr::from_ref(value).cast::<u8>();
+    let skew = start as usize % LINE;
+    for offset in (0..skew + size_of::<T>()).step_by(LINE) {
+        // Each line's start, the first one before `value`: only an address, never read.
+        prefetch_address(start.wrapping_byte_sub(skew).wrapping_byte_add(offset));
+    }
+}
+
+/// Starts loading the lines of `items`, up to `max_lines` of them.
+#[inline]
+pub(crate) fn prefetch_slice<T>(items: &[T], max_lines: usize) {
+    const LINE: usize = 64;
+    let start = items.as_ptr().cast::<u8>();
+    let skew = start as usize % LINE;
+    let bytes = (skew + size_of_val(items)).min(max_lines * LINE);
+    for offset in (0..bytes).step_by(LINE) {
+        prefetch_address(start.wrapping_byte_sub(skew).wrapping_byte_add(offset));
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn prefetch_address(address: *const u8) {
+    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+    // SAFETY: a prefetch is only a hint: it never faults (whatever the address) and changes
+    // no memory.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>(address.cast()) }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline]
+fn prefetch_address(_: *const u8) {}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -27,6 +64,10 @@ mod tests {
         prefetch_line(&items[0]);
         prefetch_line(&items[99]);
         prefetch_line(&());
+        prefetch_all(&items[3]);
+        prefetch_all(&[0u64; 40]);
+        prefetch_slice(&items, 4);
+        prefetch_slice(&items[..0], 4);
         assert_eq!(items, (0..100).collect::<Vec<u64>>());
     }
 }

@@ -20,6 +20,7 @@ use crate::event::{LocalBlockHash, SequenceHash, Worker};
 use crate::hash::next_sequence_hash;
 use crate::index::locals::Locals;
 use crate::index::run_table::RunTable;
+use crate::prefetch::prefetch_slice;
 use crate::sync::epoch::Guard;
 use crate::sync::{Arc, AtomicU32};
 
@@ -155,6 +156,8 @@ pub(crate) fn walk(
     let mut active = None;
     while let Some(run) = table.get(key, guard, |run| run.is_child(parent, local)) {
         let state = &run.state;
+        // The holders are read after the hashes are compared: their lines load meanwhile.
+        prefetch_slice(&state.members, 4);
         // The next run's key if this one matches whole: known before its hashes are compared,
         // so the lookup's first cache miss overlaps the comparison's.
         let next = query.get(at + state.locals.len()).map(|&local| {

@@ -20,7 +20,7 @@
 
 use crate::index::run::Run;
 use crate::mix::Mixer;
-use crate::prefetch::prefetch_line;
+use crate::prefetch::{prefetch_all, prefetch_line};
 use crate::sync::epoch::{Guard, Published, Reclaimer};
 use crate::sync::{Arc, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
@@ -273,9 +273,11 @@ impl RunTable {
             // the writer's reclaimer after the pointer is unlinked from every array a reader can
             // still load, so it outlives our pin; or when the table drops, which it cannot
             // while we borrow it (`'a` is within both). A tombstone holds null.
-            if let Some(run) = unsafe { run.as_ref() }
-                && wanted(run)
-            {
+            let Some(run) = (unsafe { run.as_ref() }) else { continue };
+            // A run is read whole right after it is found (its identity, then its state and
+            // short hashes): its lines' misses overlap rather than follow one another.
+            prefetch_all(run);
+            if wanted(run) {
                 return Some(run);
             }
         }
