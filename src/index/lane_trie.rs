@@ -17,6 +17,7 @@
 
 use crate::event::{LocalBlockHash, SequenceHash, Worker};
 use crate::hash::next_sequence_hash;
+use crate::index::checkpoints::{SEQ_STRIDE, SeqCheckpoints};
 use crate::index::holder_sets::HolderSets;
 use crate::index::locals::Locals;
 use crate::index::run::{ROOT_TAIL, Run, RunId, RunState};
@@ -29,10 +30,6 @@ pub(crate) type NodeId = u32;
 
 /// The parent of root runs.
 const ROOT: RunId = RunId::MAX;
-
-/// A run keeps our sequence hash of every `SEQ_STRIDE`-th node; the others are rehashed from the
-/// nearest one before when needed (the run's last one is in its state).
-const SEQ_STRIDE: usize = 16;
 
 /// Reused buffers keep their allocation up to this many entries.
 pub(crate) const BUFFER_KEEP: usize = 4096;
@@ -76,7 +73,7 @@ struct RunMeta {
     /// The node at each offset.
     ids: Vec<NodeId>,
     /// Our sequence hash at offsets 0, `SEQ_STRIDE`, 2·`SEQ_STRIDE`, … (the first is the key).
-    seqs: Vec<u64>,
+    seqs: SeqCheckpoints,
 }
 
 /// See the [module docs](self).
@@ -235,7 +232,7 @@ impl LaneTrie {
             return state.tail_seq;
         }
         let from = offset / SEQ_STRIDE * SEQ_STRIDE;
-        let start = self.meta(run).seqs[offset / SEQ_STRIDE];
+        let start = self.meta(run).seqs.at(offset / SEQ_STRIDE);
         chain(start, &state.locals[from + 1..=offset])
     }
 
@@ -360,11 +357,7 @@ impl LaneTrie {
             let tail_id = self.fresh_tail();
             let meta = self.meta_mut(parent);
             meta.ids.extend_from_slice(ids);
-            let kept = seqs
-                .iter()
-                .enumerate()
-                .filter(|(step, _)| (offset + step).is_multiple_of(SEQ_STRIDE));
-            meta.seqs.extend(kept.map(|(_, &seq)| seq));
+            meta.seqs.extend_at(offset, &seqs);
             let locals = Locals::new(&joined);
             self.joined = joined;
             self.publish(parent, RunState { locals, tail_seq, tail_id, members }, guard);
@@ -379,7 +372,7 @@ impl LaneTrie {
                 ROOT => ROOT_TAIL,
                 parent => self.state(parent, guard).tail_id,
             };
-            let checkpoints = seqs.iter().step_by(SEQ_STRIDE).copied().collect();
+            let checkpoints = SeqCheckpoints::of_chain(&seqs);
             let ids = ids.to_vec();
             self.add_run(parent, parent_tail, state, ids, checkpoints, Vec::new(), guard);
         }
@@ -498,12 +491,11 @@ impl LaneTrie {
         let at = offset as usize;
         let head_tail_seq = self.seq_at(run, at - 1, guard);
         let tail_first = next_seq(head_tail_seq, state.locals[at]);
-        let seqs = checkpoints(tail_first, &state.locals[at..]);
+        let seqs = SeqCheckpoints::chained(tail_first, &state.locals[at..], next_seq);
         let meta = self.meta_mut(run);
         let ids = meta.ids.split_off(at);
-        meta.seqs.truncate(at.div_ceil(SEQ_STRIDE));
+        meta.seqs.truncate(at);
         shrink(&mut meta.ids);
-        shrink(&mut meta.seqs);
         let children = std::mem::take(&mut meta.children);
         // The tail keeps the last block's tail id (the children stay below it); the head's
         // new last block gets a fresh one, which the tail hangs from.
@@ -533,9 +525,8 @@ impl LaneTrie {
         let tail_seq = self.seq_at(run, at - 1, guard);
         let meta = self.meta_mut(run);
         let dropped = meta.ids.split_off(at);
-        meta.seqs.truncate(at.div_ceil(SEQ_STRIDE));
+        meta.seqs.truncate(at);
         shrink(&mut meta.ids);
-        shrink(&mut meta.seqs);
         let head = RunState {
             locals: state.locals.part(0..at),
             tail_seq,
@@ -557,7 +548,7 @@ impl LaneTrie {
             first: current.first,
             state,
         });
-        self.table.replace(meta.seqs[0], current, next.clone(), guard, &mut self.retired);
+        self.table.replace(meta.seqs.key(), current, next.clone(), guard, &mut self.retired);
         meta.run = next;
     }
 
@@ -608,7 +599,7 @@ impl LaneTrie {
         parent_tail: u64,
         state: RunState,
         ids: Vec<NodeId>,
-        seqs: Vec<u64>,
+        seqs: SeqCheckpoints,
         children: Vec<RunId>,
         guard: &Guard,
     ) -> RunId {
@@ -628,7 +619,7 @@ impl LaneTrie {
         }
         let first = state.locals[0];
         let run = Arc::new(Run { id: AtomicU32::new(id), parent_tail, first, state });
-        self.table.insert(seqs[0], run.clone(), guard, &mut self.retired);
+        self.table.insert(seqs.key(), run.clone(), guard, &mut self.retired);
         self.runs[id as usize] = Some(RunMeta { run, parent, children, ids, seqs });
         if parent != ROOT {
             self.meta_mut(parent).children.push(id);
@@ -641,7 +632,7 @@ impl LaneTrie {
         loop {
             let meta = self.runs[run as usize].take().expect("live run");
             self.free_runs.push(run);
-            self.table.remove(meta.seqs[0], &meta.run, guard, &mut self.retired);
+            self.table.remove(meta.seqs.key(), &meta.run, guard, &mut self.retired);
             self.free_nodes.extend_from_slice(&meta.ids);
             let parent = meta.parent;
             if parent == ROOT {
@@ -714,7 +705,7 @@ impl LaneTrie {
                     + HolderSets::own_bytes(&state.members)
                     + meta.children.capacity() * 4
                     + meta.ids.capacity() * 4
-                    + meta.seqs.capacity() * 8
+                    + meta.seqs.heap_bytes()
             })
             .sum();
         runs + self.holder_sets.bytes()
@@ -733,21 +724,6 @@ fn next_seq(parent: u64, local: u64) -> u64 {
 /// The sequence hash after chaining `locals` onto `seq`.
 fn chain(seq: u64, locals: &[u64]) -> u64 {
     locals.iter().fold(seq, |seq, &local| next_seq(seq, local))
-}
-
-/// The checkpoints of a run whose first block hashes to `first`.
-fn checkpoints(first: u64, locals: &[u64]) -> Vec<u64> {
-    let mut seqs = Vec::with_capacity(locals.len().div_ceil(SEQ_STRIDE));
-    let mut seq = first;
-    for (offset, &local) in locals.iter().enumerate() {
-        if offset > 0 {
-            seq = next_seq(seq, local);
-        }
-        if offset % SEQ_STRIDE == 0 {
-            seqs.push(seq);
-        }
-    }
-    seqs
 }
 
 /// Gives a reused buffer's allocation back if an unusually large event grew it past
