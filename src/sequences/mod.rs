@@ -18,7 +18,8 @@
 //! The fleet tracker spreads workers over a power-of-two number of cache-padded shards (one
 //! trie and one lock each) and finds requests by id through a separately sharded index. A
 //! request-path call locks one index shard and then one worker shard; an all-worker query
-//! read-locks each worker shard in turn, never two at once.
+//! read-locks up to four worker shards at once, without waiting (a busy shard is read alone,
+//! after the others), and walks their tries in step so that their cache misses overlap.
 //!
 //! ## Consistency
 //!

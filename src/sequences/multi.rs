@@ -12,7 +12,7 @@ use super::load::{OverlapTable, PotentialLoad, WorkerLoad};
 use super::peers::{PeerPool, start_lanes};
 use super::replica::{PeerCounters, SequenceEvent, SequenceEventData, SequencePublisher};
 use super::request_index::{Location, RequestIndex};
-use super::shard::Shard;
+use super::shard::{Shard, TOGETHER};
 use super::{RequestId, error::saturating_prefill_tokens, worker_hash};
 use crate::event::{SequenceHash, Worker};
 use crate::scores::OverlapScores;
@@ -331,17 +331,28 @@ impl Inner {
             let overlap = table.get(worker);
             (overlap, saturating_prefill_tokens(isl, overlap, block_size))
         };
-        // Shards a writer holds right now are read last, so the wait overlaps other work.
+        // Shards are read `TOGETHER` at a time, their tries walked in step so that the
+        // walks' cache misses overlap. Their shared locks are taken without waiting: a query
+        // never waits for one shard while holding another (with fair locks, two queries each
+        // holding a shard the other waits for, behind a queued writer, would deadlock). Shards
+        // a writer holds right now are read last, alone, so the wait overlaps other work.
         let mut busy = [0usize; 8];
         let mut busy_count = 0;
-        for (at, shard) in self.shards.iter().enumerate() {
-            match shard.try_read() {
-                Some(shard) => shard.potential_loads_into(candidate, new_tokens, out),
-                None if busy_count < busy.len() => {
-                    busy[busy_count] = at;
+        for (group_at, group) in self.shards.chunks(TOGETHER).enumerate() {
+            let guards: [Option<_>; TOGETHER] =
+                std::array::from_fn(|at| group.get(at).and_then(|shard| shard.try_read()));
+            let shards: [Option<&Shard>; TOGETHER] =
+                std::array::from_fn(|at| guards[at].as_deref());
+            Shard::potential_loads_together(&shards, candidate, new_tokens, out);
+            let missed = std::array::from_fn::<bool, TOGETHER, _>(|at| guards[at].is_none());
+            drop(guards);
+            for (at, shard) in group.iter().enumerate().filter(|&(at, _)| missed[at]) {
+                if busy_count < busy.len() {
+                    busy[busy_count] = group_at * TOGETHER + at;
                     busy_count += 1;
+                } else {
+                    shard.read().potential_loads_into(candidate, new_tokens, out);
                 }
-                None => shard.read().potential_loads_into(candidate, new_tokens, out),
             }
         }
         for &at in &busy[..busy_count] {

@@ -54,6 +54,15 @@ impl Owners {
         one.into_iter().chain(many.iter().copied())
     }
 
+    /// Starts loading the heap entries, if any (the inline cases are in the node already).
+    pub(crate) fn prefetch(&self) {
+        if let Self::Many(entries) = self {
+            if let Some(first) = entries.first() {
+                crate::prefetch::prefetch_line(first);
+            }
+        }
+    }
+
     /// Counts one more request of `slot`; true if the worker did not cover the node before.
     pub(crate) fn increment(&mut self, slot: Slot) -> bool {
         match self {

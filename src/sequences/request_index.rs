@@ -43,7 +43,14 @@ impl RequestIndex {
     pub(crate) fn new(shards: usize) -> Self {
         let count = shards.max(1).next_power_of_two();
         let shards = (0..count).map(|_| CachePadded::new(Mutex::new(IndexShard::default())));
-        Self { shards: shards.collect(), hasher: ahash::RandomState::new(), mask: count - 1 }
+        // Seeded randomly (ids are chosen by clients), but fixed under loom: a model must run
+        // the same way every time it is replayed, and which shard an id lands in decides which
+        // threads meet on an index lock.
+        #[cfg(not(loom))]
+        let hasher = ahash::RandomState::new();
+        #[cfg(loom)]
+        let hasher = ahash::RandomState::with_seeds(1, 2, 3, 4);
+        Self { shards: shards.collect(), hasher, mask: count - 1 }
     }
 
     /// The shard holding `id`.

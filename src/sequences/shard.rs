@@ -13,6 +13,12 @@ use super::requests::{Record, RecordId, RequestTable};
 use super::trie::BlockTrie;
 use crate::event::{SequenceHash, Worker};
 
+/// Workers a shard keeps query depths for on the stack.
+const ON_STACK: usize = 64;
+
+/// Shards [`Shard::potential_loads_together`] walks in step.
+pub(crate) const TOGETHER: usize = 4;
+
 /// One worker's requests and load.
 #[derive(Debug)]
 pub(crate) struct WorkerState {
@@ -285,7 +291,6 @@ impl Shard {
         new_tokens: impl Fn(Worker) -> (u32, usize),
         out: &mut Vec<PotentialLoad>,
     ) {
-        const ON_STACK: usize = 64;
         let mut stack = [0usize; ON_STACK];
         let mut heap = Vec::new();
         let depths: &mut [usize] = if self.slots.len() <= ON_STACK {
@@ -295,15 +300,79 @@ impl Shard {
             &mut heap
         };
         self.trie.visit_depths(candidate, |slot, depth| depths[slot as usize] = depth);
+        self.push_loads(candidate.len(), |slot| depths[slot], &new_tokens, out);
+    }
+
+    /// [`Self::potential_loads_into`] for several shards at once (`None`s are skipped), their
+    /// tries walked in step ([`BlockTrie::visit_depths_together`]) so that their cache misses
+    /// overlap. Appends shard by shard.
+    pub(crate) fn potential_loads_together(
+        shards: &[Option<&Shard>],
+        candidate: &[SequenceHash],
+        new_tokens: impl Fn(Worker) -> (u32, usize),
+        out: &mut Vec<PotentialLoad>,
+    ) {
+        // Depths are kept as `u32`, `TOGETHER` shards of up to `ON_STACK` workers on the stack;
+        // anything else takes the one-shard path.
+        let fits = |shard: &&Shard| shard.slots.len() <= ON_STACK;
+        let narrow = u32::try_from(candidate.len()).is_ok();
+        for group in shards.chunks(TOGETHER) {
+            let mut together: [Option<&Shard>; TOGETHER] = [None; TOGETHER];
+            for (at, shard) in group.iter().enumerate() {
+                match shard {
+                    Some(shard) if narrow && fits(shard) => together[at] = Some(shard),
+                    Some(shard) => shard.potential_loads_into(candidate, &new_tokens, out),
+                    None => {}
+                }
+            }
+            for shard in together.iter().flatten() {
+                shard.prefetch_figures();
+            }
+            let mut depths = [[0u32; ON_STACK]; TOGETHER];
+            let tries = together.map(|shard| shard.map(|shard| &shard.trie));
+            BlockTrie::visit_depths_together(&tries, candidate, |at, slot, depth| {
+                // `depth` fits: it is at most the candidate's length.
+                depths[at][slot as usize] = depth as u32;
+            });
+            for (at, shard) in together.iter().enumerate() {
+                if let Some(shard) = shard {
+                    let depths = &depths[at];
+                    shard.push_loads(
+                        candidate.len(),
+                        |slot| depths[slot] as usize,
+                        &new_tokens,
+                        out,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Starts loading the packed figures a query reads.
+    fn prefetch_figures(&self) {
+        for figures in &self.figures {
+            crate::prefetch::prefetch_line(figures);
+        }
+    }
+
+    /// Appends every live worker's potential load, given `depth(slot)`, the leading blocks of
+    /// the candidate that worker pins.
+    fn push_loads(
+        &self,
+        candidate_len: usize,
+        depth: impl Fn(usize) -> usize,
+        new_tokens: impl Fn(Worker) -> (u32, usize),
+        out: &mut Vec<PotentialLoad>,
+    ) {
         out.reserve(self.slot_of.len());
-        for (figures, &depth) in self.figures.iter().zip(depths.iter()) {
+        for (slot, figures) in self.figures.iter().enumerate() {
             if !figures.live {
                 continue;
             }
             let (overlap_blocks, new_tokens) = new_tokens(figures.worker);
             out.push(PotentialLoad {
                 worker: figures.worker,
-                potential_blocks: figures.active_blocks + (candidate.len() - depth),
+                potential_blocks: figures.active_blocks + (candidate_len - depth(slot)),
                 potential_tokens: figures.active_tokens.saturating_add(new_tokens),
                 active_tokens: figures.active_tokens,
                 overlap_blocks,
@@ -395,6 +464,39 @@ mod tests {
         shard.free(a, ra);
         shard.warm_request(a, ra);
         shard.assert_consistent();
+    }
+
+    #[test]
+    fn shards_queried_together_report_what_each_reports_alone() {
+        // Shards of few workers (walked in step) and one of more than `ON_STACK` (alone).
+        let now = Instant::now();
+        let shards: Vec<Shard> = [3, ON_STACK + 5, 1, 7, 2, 4]
+            .into_iter()
+            .enumerate()
+            .map(|(s, workers)| {
+                let mut shard = Shard::default();
+                for w in 0..workers as u64 {
+                    let (slot, _) = shard.add_worker(Worker::new(w * 10 + s as u64, 0));
+                    let path: Vec<u64> = (0..1 + (w + s as u64) % 6).collect();
+                    shard.add_request(slot, format!("{s}-{w}").into(), &hashes(&path), 5, now);
+                }
+                shard
+            })
+            .collect();
+        let present: Vec<Option<&Shard>> =
+            shards.iter().enumerate().map(|(s, shard)| (s != 4).then_some(shard)).collect();
+        let new_tokens = |worker: Worker| (worker.id.0 as u32 % 3, 7);
+        for candidate in [hashes(&[]), hashes(&[0, 1, 2]), hashes(&[0, 1, 2, 3, 4, 5, 6])] {
+            let mut together = Vec::new();
+            Shard::potential_loads_together(&present, &candidate, new_tokens, &mut together);
+            let mut alone = Vec::new();
+            for shard in present.iter().flatten() {
+                shard.potential_loads_into(&candidate, new_tokens, &mut alone);
+            }
+            together.sort_by_key(|l| l.worker);
+            alone.sort_by_key(|l| l.worker);
+            assert_eq!(together, alone);
+        }
     }
 
     #[test]

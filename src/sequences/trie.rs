@@ -20,6 +20,7 @@ use std::collections::HashMap;
 
 use super::owners::{Owners, Slot};
 use crate::event::SequenceHash;
+use crate::prefetch::prefetch_line;
 use crate::u64_map::FoldBuildHasher;
 
 /// A node's position in the arena.
@@ -41,6 +42,28 @@ struct Node {
     /// Children by the first block of their edge.
     children: HashKeyed<NodeId>,
     owners: Owners,
+}
+
+/// Tries walked in step by [`BlockTrie::visit_depths_together`] (at most; more go in groups).
+const TOGETHER: usize = 8;
+
+/// Hashes per cache line.
+const LINE_HASHES: usize = 64 / std::mem::size_of::<SequenceHash>();
+
+/// Where one walk of [`BlockTrie::visit_depths_together`] stands: at `node`, `pos` candidate
+/// blocks matched; `next` is the child being loaded.
+#[derive(Clone, Copy)]
+struct Cursor {
+    node: NodeId,
+    next: NodeId,
+    pos: usize,
+}
+
+/// Starts loading the fields of `node` a walk reads (a node may straddle two cache lines).
+fn prefetch_node(node: &Node) {
+    prefetch_line(&node.edge);
+    prefetch_line(&node.owners);
+    prefetch_line(&node.children);
 }
 
 /// The compressed prefix tree of the blocks pinned by one group of workers. See the module docs.
@@ -235,6 +258,72 @@ impl BlockTrie {
         }
     }
 
+    /// [`Self::visit_depths`] over several tries at once (`None`s are skipped), calling
+    /// `visit(trie, slot, depth)`. The walks advance one node per round, each round in three
+    /// passes (find every walk's next node, load every next node's edge and owners, match
+    /// them), with a prefetch at each step: one walk's cache misses are a chain, but the
+    /// walks' chains are independent, so issued together they overlap. A query that finds the
+    /// tries out of cache waits for the longest chain instead of their sum.
+    pub(crate) fn visit_depths_together(
+        tries: &[Option<&BlockTrie>],
+        candidate: &[SequenceHash],
+        mut visit: impl FnMut(usize, Slot, usize),
+    ) {
+        for (first, group) in tries.chunks(TOGETHER).enumerate() {
+            let mut cursors = [Cursor { node: ROOT, next: ROOT, pos: 0 }; TOGETHER];
+            // Walks still going, by bit.
+            let mut live: u32 = 0;
+            for (at, trie) in group.iter().enumerate() {
+                if let (Some(trie), false) = (trie, candidate.is_empty()) {
+                    live |= 1 << at;
+                    prefetch_line(trie.node(ROOT));
+                }
+            }
+            // The walks going at the start of a pass (a pass ends only its own walks).
+            let walks = |going: u32| {
+                group
+                    .iter()
+                    .enumerate()
+                    .filter(move |&(at, _)| going & 1 << at != 0)
+                    .filter_map(|(at, trie)| Some((at, (*trie)?)))
+            };
+            while live != 0 {
+                for (at, trie) in walks(live) {
+                    let cursor = &mut cursors[at];
+                    match trie.node(cursor.node).children.get(&candidate[cursor.pos]) {
+                        Some(&child) => {
+                            cursor.next = child;
+                            prefetch_node(trie.node(child));
+                        }
+                        None => live &= !(1 << at),
+                    }
+                }
+                for (at, trie) in walks(live) {
+                    let cursor = &cursors[at];
+                    let node = trie.node(cursor.next);
+                    let len = node.edge.len().min(candidate.len() - cursor.pos);
+                    for hash in node.edge[..len].iter().step_by(LINE_HASHES) {
+                        prefetch_line(hash);
+                    }
+                    node.owners.prefetch();
+                }
+                for (at, trie) in walks(live) {
+                    let cursor = &mut cursors[at];
+                    let node = trie.node(cursor.next);
+                    let matched = common_prefix(&node.edge, &candidate[cursor.pos..]);
+                    for (slot, _) in node.owners.iter() {
+                        visit(first * TOGETHER + at, slot, cursor.pos + matched);
+                    }
+                    cursor.pos += matched;
+                    cursor.node = cursor.next;
+                    if matched < node.edge.len() || cursor.pos >= candidate.len() {
+                        live &= !(1 << at);
+                    }
+                }
+            }
+        }
+    }
+
     /// Reads what [`Self::insert`] of `blocks` will touch (the nodes on its path, the arena slot
     /// it may reuse), so a writer can pull them into cache before taking its exclusive lock.
     /// Returns a value derived from every read, for the caller to `black_box`.
@@ -424,6 +513,42 @@ mod tests {
         let mut depth = [0; 3];
         trie.visit_depths(&hashes(&[1, 2, 3, 4, 5, 8]), |slot, d| depth[slot as usize] = d);
         assert_eq!(depth, [3, 5, 1]);
+    }
+
+    #[test]
+    fn walking_tries_in_step_reports_what_walking_each_alone_does() {
+        // More tries than one group walks in step, some absent, of different shapes: shared
+        // prefixes, splits, a path ending inside an edge, one trie empty.
+        let tries: Vec<BlockTrie> = (0..TOGETHER as u64 + 3)
+            .map(|t| {
+                let mut trie = BlockTrie::default();
+                for r in 0..t {
+                    let len = 1 + (r * 7 + t) % 9;
+                    let path: Vec<u64> =
+                        (0..len).map(|i| if i < 3 { i } else { i + r % 3 }).collect();
+                    trie.insert((r % 5) as Slot, &hashes(&path));
+                }
+                trie
+            })
+            .collect();
+        let present: Vec<Option<&BlockTrie>> =
+            tries.iter().enumerate().map(|(t, trie)| (t % 4 != 2).then_some(trie)).collect();
+        for candidate in
+            [vec![], vec![0], vec![0, 1, 2, 3, 4, 5], vec![0, 1, 2, 4, 5, 6, 7, 9], vec![9]]
+        {
+            let candidate = hashes(&candidate);
+            let mut together = vec![[0; 5]; tries.len()];
+            BlockTrie::visit_depths_together(&present, &candidate, |t, slot, depth| {
+                together[t][slot as usize] = depth;
+            });
+            for (t, trie) in present.iter().enumerate() {
+                let mut alone = [0; 5];
+                if let Some(trie) = trie {
+                    trie.visit_depths(&candidate, |slot, depth| alone[slot as usize] = depth);
+                }
+                assert_eq!(together[t], alone, "trie {t}, candidate {candidate:?}");
+            }
+        }
     }
 
     #[test]
