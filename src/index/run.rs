@@ -53,7 +53,7 @@ impl Run {
 
 /// What changes between a run's versions.
 pub(crate) struct RunState {
-    /// The content hash of each block, shared between versions of the run.
+    /// The content hash of each block: inline in a short run, else shared between versions.
     pub(crate) locals: Locals,
     /// Our sequence hash of the last block.
     pub(crate) tail_seq: u64,
