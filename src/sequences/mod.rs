@@ -13,7 +13,8 @@
 //! requests covering it. A worker's pinned blocks are the nodes it counts, and the blocks of a
 //! candidate it already pins are a prefix of the candidate, found for every worker of the group
 //! in one walk. Hashes are stored once per group (not per worker, not per request); a request
-//! keeps only the node its path ends at.
+//! keeps only the node its path ends at. A trie's parent → child links are one flat table keyed
+//! by (parent, first block of the child), so each step of a walk is one cache line.
 //!
 //! The fleet tracker spreads workers over a power-of-two number of cache-padded shards (one
 //! trie and one lock each) and finds requests by id through a separately sharded index. A
@@ -29,6 +30,7 @@
 //! request is added to the same worker, or by an explicit sweep) and reported to the caller.
 
 mod builder;
+mod children;
 mod clock;
 mod error;
 mod load;

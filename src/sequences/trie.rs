@@ -12,25 +12,23 @@
 //! - The candidate blocks a worker already pins are a prefix of the candidate (a pinned block's
 //!   whole prefix is pinned), so one walk down the candidate's path gives every worker's depth.
 //! - Hashes are stored once per group of workers, not once per worker or per request.
+//! - The parent → child links are one flat table per trie ([`ChildTable`]), keyed by (parent,
+//!   first block of the child's edge): a walk finds each next node in one cache line, whose
+//!   address it knows before reading the parent.
 //!
 //! Nodes with no request are removed at once, and a node whose only child has the same owners is
 //! merged into it, so the trie stays compressed however requests come and go.
 
-use std::collections::HashMap;
-
+use super::children::ChildTable;
 use super::owners::{Owners, Slot};
 use crate::event::SequenceHash;
 use crate::prefetch::prefetch_line;
-use crate::u64_map::FoldBuildHasher;
 
 /// A node's position in the arena.
 pub(crate) type NodeId = u32;
 
 /// The root: an empty edge above every path. Requests without blocks end here.
 pub(crate) const ROOT: NodeId = 0;
-
-/// A map keyed by sequence hashes, without a second hash.
-pub(crate) type HashKeyed<V> = HashMap<SequenceHash, V, FoldBuildHasher>;
 
 #[derive(Debug, Default)]
 struct Node {
@@ -39,8 +37,10 @@ struct Node {
     /// How many blocks precede the edge on its path.
     start: usize,
     parent: NodeId,
-    /// Children by the first block of their edge.
-    children: HashKeyed<NodeId>,
+    /// How many children (they are found in the trie's [`ChildTable`]).
+    children: u32,
+    /// The XOR of the children's ids: the only child's id when there is one.
+    children_xor: NodeId,
     owners: Owners,
 }
 
@@ -63,7 +63,6 @@ struct Cursor {
 fn prefetch_node(node: &Node) {
     prefetch_line(&node.edge);
     prefetch_line(&node.owners);
-    prefetch_line(&node.children);
 }
 
 /// The compressed prefix tree of the blocks pinned by one group of workers. See the module docs.
@@ -71,11 +70,13 @@ fn prefetch_node(node: &Node) {
 pub(crate) struct BlockTrie {
     nodes: Vec<Node>,
     free: Vec<NodeId>,
+    /// Every node's children, by (node, first block of the child's edge).
+    children: ChildTable,
 }
 
 impl Default for BlockTrie {
     fn default() -> Self {
-        Self { nodes: vec![Node::default()], free: Vec::new() }
+        Self { nodes: vec![Node::default()], free: Vec::new(), children: ChildTable::default() }
     }
 }
 
@@ -124,6 +125,37 @@ impl BlockTrie {
         self.free.push(id);
     }
 
+    /// The child of `node` whose edge starts with `first`.
+    #[inline]
+    fn child(&self, node: NodeId, first: SequenceHash) -> Option<NodeId> {
+        self.children.get(node, first)
+    }
+
+    /// Links a new child under `parent`.
+    fn link(&mut self, parent: NodeId, first: SequenceHash, child: NodeId) {
+        let replaced = self.children.insert(parent, first, child);
+        debug_assert_eq!(replaced, None);
+        let node = self.node_mut(parent);
+        node.children += 1;
+        node.children_xor ^= child;
+    }
+
+    /// Puts `new` in the place of `old`, the child of `parent` by `first`.
+    fn relink(&mut self, parent: NodeId, first: SequenceHash, old: NodeId, new: NodeId) {
+        let replaced = self.children.insert(parent, first, new);
+        debug_assert_eq!(replaced, Some(old));
+        self.node_mut(parent).children_xor ^= old ^ new;
+    }
+
+    /// Unlinks the child of `parent` by `first`.
+    fn unlink(&mut self, parent: NodeId, first: SequenceHash) {
+        if let Some(child) = self.children.remove(parent, first) {
+            let node = self.node_mut(parent);
+            node.children -= 1;
+            node.children_xor ^= child;
+        }
+    }
+
     /// Records one request of `slot` covering `blocks`. Returns the node it ends at (the root
     /// when `blocks` is empty) and how many of its blocks `slot` did not pin before.
     pub(crate) fn insert(&mut self, slot: Slot, blocks: &[SequenceHash]) -> (NodeId, usize) {
@@ -131,17 +163,18 @@ impl BlockTrie {
         let mut pos = 0;
         let mut newly_pinned = 0;
         while pos < blocks.len() {
-            let Some(&child) = self.node(node).children.get(&blocks[pos]) else {
+            let Some(child) = self.child(node, blocks[pos]) else {
                 let edge: Box<[SequenceHash]> = blocks[pos..].into();
                 newly_pinned += edge.len();
                 let leaf = self.allocate(Node {
                     edge,
                     start: pos,
                     parent: node,
-                    children: HashKeyed::default(),
+                    children: 0,
+                    children_xor: ROOT,
                     owners: Owners::single(slot),
                 });
-                self.node_mut(node).children.insert(blocks[pos], leaf);
+                self.link(node, blocks[pos], leaf);
                 return (leaf, newly_pinned);
             };
             let matched = common_prefix(&self.node(child).edge, &blocks[pos..]);
@@ -169,7 +202,8 @@ impl BlockTrie {
             edge: node.edge[..at].into(),
             start: node.start,
             parent: node.parent,
-            children: HashKeyed::default(),
+            children: 0,
+            children_xor: ROOT,
             owners: node.owners.clone(),
         };
         let (parent, first, suffix_first) = (node.parent, node.edge[0], node.edge[at]);
@@ -178,8 +212,8 @@ impl BlockTrie {
         node.edge = node.edge[at..].into();
         node.start += at;
         node.parent = prefix_id;
-        self.node_mut(prefix_id).children.insert(suffix_first, id);
-        self.node_mut(parent).children.insert(first, prefix_id);
+        self.link(prefix_id, suffix_first, id);
+        self.relink(parent, first, id, prefix_id);
         prefix_id
     }
 
@@ -198,9 +232,9 @@ impl BlockTrie {
                 unpinned += self.node(node).edge.len();
             }
             if self.node(node).owners.is_empty() {
-                debug_assert!(self.node(node).children.is_empty());
+                debug_assert_eq!(self.node(node).children, 0);
                 let first = self.node(node).edge[0];
-                self.node_mut(parent).children.remove(&first);
+                self.unlink(parent, first);
                 self.release(node);
             } else {
                 self.merge_into_only_child(node);
@@ -214,10 +248,10 @@ impl BlockTrie {
     /// `id`'s edge into the child and drops `id`.
     fn merge_into_only_child(&mut self, id: NodeId) {
         let node = self.node(id);
-        if node.children.len() != 1 {
+        if node.children != 1 {
             return;
         }
-        let Some(&child) = node.children.values().next() else { return };
+        let child = node.children_xor;
         if self.node(child).owners != node.owners {
             return;
         }
@@ -225,11 +259,13 @@ impl BlockTrie {
         let mut edge = Vec::with_capacity(node.edge.len() + self.node(child).edge.len());
         edge.extend_from_slice(&node.edge);
         edge.extend_from_slice(&self.node(child).edge);
+        let child_first = self.node(child).edge[0];
+        self.unlink(id, child_first);
         let merged = self.node_mut(child);
         merged.edge = edge.into_boxed_slice();
         merged.start = start;
         merged.parent = parent;
-        self.node_mut(parent).children.insert(first, child);
+        self.relink(parent, first, id, child);
         self.release(id);
     }
 
@@ -244,7 +280,7 @@ impl BlockTrie {
         let mut node = ROOT;
         let mut pos = 0;
         while pos < candidate.len() {
-            let Some(&child) = self.node(node).children.get(&candidate[pos]) else { break };
+            let Some(child) = self.child(node, candidate[pos]) else { break };
             let child_node = self.node(child);
             let matched = common_prefix(&child_node.edge, &candidate[pos..]);
             for (slot, _) in child_node.owners.iter() {
@@ -276,7 +312,7 @@ impl BlockTrie {
             for (at, trie) in group.iter().enumerate() {
                 if let (Some(trie), false) = (trie, candidate.is_empty()) {
                     live |= 1 << at;
-                    prefetch_line(trie.node(ROOT));
+                    trie.children.prefetch(ROOT, candidate[0]);
                 }
             }
             // The walks going at the start of a pass (a pass ends only its own walks).
@@ -290,8 +326,8 @@ impl BlockTrie {
             while live != 0 {
                 for (at, trie) in walks(live) {
                     let cursor = &mut cursors[at];
-                    match trie.node(cursor.node).children.get(&candidate[cursor.pos]) {
-                        Some(&child) => {
+                    match trie.child(cursor.node, candidate[cursor.pos]) {
+                        Some(child) => {
                             cursor.next = child;
                             prefetch_node(trie.node(child));
                         }
@@ -306,6 +342,10 @@ impl BlockTrie {
                         prefetch_line(hash);
                     }
                     node.owners.prefetch();
+                    // Where the next round looks if the whole edge matches.
+                    if let Some(&next) = candidate.get(cursor.pos + node.edge.len()) {
+                        trie.children.prefetch(cursor.next, next);
+                    }
                 }
                 for (at, trie) in walks(live) {
                     let cursor = &mut cursors[at];
@@ -332,7 +372,7 @@ impl BlockTrie {
         let mut pos = 0;
         let mut sum = self.free.last().map_or(0, |&id| self.node(id).start);
         while pos < blocks.len() {
-            let Some(&child) = self.node(node).children.get(&blocks[pos]) else { break };
+            let Some(child) = self.child(node, blocks[pos]) else { break };
             let child_node = self.node(child);
             let matched = common_prefix(&child_node.edge, &blocks[pos..]);
             sum += child_node.owners.iter().count();
@@ -355,11 +395,7 @@ impl BlockTrie {
             let parent = at.parent;
             let first = at.edge.first().copied().unwrap_or_default();
             sum += at.owners.iter().count();
-            sum += self
-                .nodes
-                .get(parent as usize)
-                .and_then(|p| p.children.get(&first))
-                .map_or(0, |&c| c as usize);
+            sum += self.child(parent, first).map_or(0, |c| c as usize);
             node = parent;
         }
         sum
@@ -387,14 +423,25 @@ impl BlockTrie {
     pub(crate) fn pinned_blocks(&self, slot: Slot) -> Vec<SequenceHash> {
         let mut out = Vec::new();
         let mut stack = vec![ROOT];
+        let children = self.children_of();
         while let Some(id) = stack.pop() {
             let node = self.node(id);
             if id != ROOT && node.owners.count(slot) > 0 {
                 out.extend_from_slice(&node.edge);
             }
-            stack.extend(node.children.values().copied());
+            stack.extend(children.get(&id).into_iter().flatten().map(|&(_, child)| child));
         }
         out
+    }
+
+    /// Every node's children, `(first, child)` (for tests and consistency checks).
+    #[cfg(all(test, not(loom)))]
+    fn children_of(&self) -> HashMap<NodeId, Vec<(SequenceHash, NodeId)>> {
+        let mut children: HashMap<NodeId, Vec<(SequenceHash, NodeId)>> = HashMap::new();
+        for (parent, first, child) in self.children.iter() {
+            children.entry(parent).or_default().push((first, child));
+        }
+        children
     }
 
     /// Checks the structural invariants (for tests): parents and children agree, starts add up,
@@ -404,9 +451,15 @@ impl BlockTrie {
     pub(crate) fn assert_consistent(&self) {
         let mut seen = 0;
         let mut stack = vec![ROOT];
+        let children = self.children_of();
+        assert_eq!(self.children.len(), self.node_count(), "one link per node");
         while let Some(id) = stack.pop() {
             let node = self.node(id);
-            for (&first, &child) in &node.children {
+            let links = children.get(&id).map_or(&[][..], Vec::as_slice);
+            assert_eq!(node.children as usize, links.len(), "child count");
+            let xor = links.iter().fold(ROOT, |acc, &(_, child)| acc ^ child);
+            assert_eq!(node.children_xor, xor, "children's ids");
+            for &(first, child) in links {
                 let child_node = self.node(child);
                 assert_eq!(child_node.parent, id);
                 assert_eq!(child_node.edge.first(), Some(&first));
@@ -421,14 +474,17 @@ impl BlockTrie {
                 stack.push(child);
                 seen += 1;
             }
-            if id != ROOT && node.children.len() == 1 {
-                let only = node.children.values().next().copied().unwrap_or(ROOT);
+            if id != ROOT && links.len() == 1 {
+                let only = links[0].1;
                 assert_ne!(self.node(only).owners, node.owners, "mergeable node left behind");
             }
         }
         assert_eq!(seen, self.node_count());
     }
 }
+
+#[cfg(all(test, not(loom)))]
+use std::collections::HashMap;
 
 #[cfg(all(test, not(loom)))]
 mod tests {
@@ -547,6 +603,63 @@ mod tests {
                     trie.visit_depths(&candidate, |slot, depth| alone[slot as usize] = depth);
                 }
                 assert_eq!(together[t], alone, "trie {t}, candidate {candidate:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn random_requests_keep_the_trie_consistent_and_equal_to_a_model() {
+        use std::collections::BTreeSet;
+        // Paths over a tiny alphabet, so prefixes are shared, edges split and merge, and one
+        // hash sits at several places (inputs need not be real hash chains).
+        let mut state = 11u64;
+        let mut next = move |bound: u64| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) % bound
+        };
+        let mut trie = BlockTrie::default();
+        let mut live: Vec<(Slot, Vec<SequenceHash>, NodeId)> = Vec::new();
+        let prefixes = |live: &[(Slot, Vec<SequenceHash>, NodeId)], slot: Slot| {
+            let mut set = BTreeSet::new();
+            for (_, path, _) in live.iter().filter(|r| r.0 == slot) {
+                set.extend((1..=path.len()).map(|n| path[..n].to_vec()));
+            }
+            set
+        };
+        for _ in 0..3_000 {
+            let slot = next(3) as Slot;
+            let before = prefixes(&live, slot).len();
+            if live.is_empty() || next(5) < 3 {
+                let path = hashes(&(0..next(7)).map(|_| next(3)).collect::<Vec<_>>());
+                let (tail, new) = trie.insert(slot, &path);
+                live.push((slot, path, tail));
+                assert_eq!(new, prefixes(&live, slot).len() - before);
+            } else {
+                let at = next(live.len() as u64) as usize;
+                let slot = live[at].0;
+                let before = prefixes(&live, slot).len();
+                let (_, _, tail) = live.swap_remove(at);
+                let unpinned = trie.remove(slot, tail);
+                assert_eq!(unpinned, before - prefixes(&live, slot).len());
+            }
+            trie.assert_consistent();
+            for slot in 0..3 {
+                let mut expected: Vec<u64> =
+                    prefixes(&live, slot).iter().map(|p| p[p.len() - 1].0).collect();
+                let mut got: Vec<u64> = trie.pinned_blocks(slot).iter().map(|h| h.0).collect();
+                expected.sort_unstable();
+                got.sort_unstable();
+                assert_eq!(got, expected, "slot {slot}");
+                let candidate = hashes(&(0..6).map(|_| next(3)).collect::<Vec<_>>());
+                let depth = live
+                    .iter()
+                    .filter(|r| r.0 == slot)
+                    .map(|r| common_prefix(&r.1, &candidate))
+                    .max()
+                    .unwrap_or(0);
+                assert_eq!(trie.depth_of(slot, &candidate), depth);
             }
         }
     }
