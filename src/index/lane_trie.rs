@@ -8,8 +8,8 @@
 //! left as bare paths, when its last child goes, exactly like the reference's pruning.
 //!
 //! Publication order keeps concurrent readers on states that existed: a split inserts the new
-//! tail run into the table before it shortens the head, and every change replaces a run's whole
-//! [`RunState`].
+//! tail run into the table before it shortens the head, and every change swaps a whole new
+//! version of the run (its [`Run`], state included) into its slot.
 //!
 //! Runs are looked up by identity, not by key (see [`crate::index::run`]): each block that is a
 //! run's last carries a tail id drawn from a counter that never repeats, and a child run
