@@ -18,13 +18,7 @@ pub(crate) fn prefetch_line<T>(_: &T) {}
 /// Starts loading every cache line `value` spans (a value of a few lines, read whole soon).
 #[inline]
 pub(crate) fn prefetch_all<T>(value: &T) {
-    const LINE: usize = 64;
-    let start = std::ptr::from_ref(value).cast::<u8>();
-    let skew = start as usize % LINE;
-    for offset in (0..skew + size_of::<T>()).step_by(LINE) {
-        // Each line's start, the first one before `value`: only an address, never read.
-        prefetch_address(start.wrapping_byte_sub(skew).wrapping_byte_add(offset));
-    }
+    prefetch_slice(std::slice::from_ref(value), usize::MAX);
 }
 
 /// Starts loading the lines of `items`, up to `max_lines` of them.
@@ -33,7 +27,7 @@ pub(crate) fn prefetch_slice<T>(items: &[T], max_lines: usize) {
     const LINE: usize = 64;
     let start = items.as_ptr().cast::<u8>();
     let skew = start as usize % LINE;
-    let bytes = (skew + size_of_val(items)).min(max_lines * LINE);
+    let bytes = (skew + size_of_val(items)).min(max_lines.saturating_mul(LINE));
     for offset in (0..bytes).step_by(LINE) {
         prefetch_address(start.wrapping_byte_sub(skew).wrapping_byte_add(offset));
     }
