@@ -8,6 +8,7 @@
 //! many short runs in the index, each held by a few workers.
 
 use crate::sim::load::LoadRng;
+use crate::sim::shapes::FreshIds;
 use crate::sim::shapes::zipf::{Zipf, between};
 use crate::sim::trace::{TRACE_BLOCK_TOKENS, TraceRequest};
 use crate::sim::{FleetConfig, Routing};
@@ -65,16 +66,11 @@ impl DocumentReuse {
     /// The requests, in arrival order. Deterministic for the parameters.
     pub fn trace(&self) -> Vec<TraceRequest> {
         let mut rng = LoadRng::new(self.seed);
-        let mut next_id = 0u64;
-        let mut fresh = |len: usize| -> Vec<u64> {
-            let ids = (next_id..next_id + len as u64).collect();
-            next_id += len as u64;
-            ids
-        };
+        let mut fresh = FreshIds::default();
         let documents: Vec<Vec<u64>> = (0..self.documents.max(1))
             .map(|_| {
                 let len = between(&mut rng, self.document_blocks).max(1);
-                fresh(len)
+                fresh.take(len)
             })
             .collect();
         let popularity = Zipf::new(documents.len(), self.popularity);
@@ -87,7 +83,7 @@ impl DocumentReuse {
             .map(|i| {
                 let document = &documents[order[popularity.sample(&mut rng)]];
                 let mut hash_ids = document.clone();
-                hash_ids.extend(fresh(between(&mut rng, self.question_blocks)));
+                hash_ids.extend(fresh.take(between(&mut rng, self.question_blocks)));
                 request(i as u64 * self.interval_ms, hash_ids)
             })
             .collect()

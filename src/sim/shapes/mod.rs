@@ -36,6 +36,20 @@ pub use documents::DocumentReuse;
 pub use shared::SharedPrefixes;
 pub use zipf::Zipf;
 
+/// Hands out block ids no request of the trace has used yet, a run of them at a time (a new
+/// document, prompt or tail: ids name blocks with their prefix, so new content needs new ids).
+#[derive(Default)]
+pub(crate) struct FreshIds(u64);
+
+impl FreshIds {
+    /// The next `len` unused ids.
+    pub(crate) fn take(&mut self, len: usize) -> Vec<u64> {
+        let ids = (self.0..self.0 + len as u64).collect();
+        self.0 += len as u64;
+        ids
+    }
+}
+
 /// A named workload shape: its trace and the fleet it is replayed through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]

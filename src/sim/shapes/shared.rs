@@ -7,6 +7,7 @@
 //! are as wide as the fleet near the roots, and narrow to one worker in the tails.
 
 use crate::sim::load::LoadRng;
+use crate::sim::shapes::FreshIds;
 use crate::sim::shapes::documents::request;
 use crate::sim::shapes::zipf::{Zipf, between};
 use crate::sim::trace::TraceRequest;
@@ -68,16 +69,11 @@ impl SharedPrefixes {
     /// The requests, in arrival order. Deterministic for the parameters.
     pub fn trace(&self) -> Vec<TraceRequest> {
         let mut rng = LoadRng::new(self.seed);
-        let mut next_id = 0u64;
-        let mut fresh = |len: usize| -> Vec<u64> {
-            let ids = (next_id..next_id + len as u64).collect();
-            next_id += len as u64;
-            ids
-        };
+        let mut fresh = FreshIds::default();
         let roots: Vec<Vec<u64>> = (0..self.roots.max(1))
             .map(|_| {
                 let len = between(&mut rng, self.root_blocks).max(1);
-                fresh(len)
+                fresh.take(len)
             })
             .collect();
         let contexts: Vec<Vec<Vec<u64>>> = roots
@@ -86,7 +82,7 @@ impl SharedPrefixes {
                 (0..self.contexts_per_root.max(1))
                     .map(|_| {
                         let len = between(&mut rng, self.context_blocks);
-                        fresh(len)
+                        fresh.take(len)
                     })
                     .collect()
             })
@@ -99,7 +95,7 @@ impl SharedPrefixes {
                 let context = context_law.sample(&mut rng);
                 let mut hash_ids = roots[root].clone();
                 hash_ids.extend_from_slice(&contexts[root][context]);
-                hash_ids.extend(fresh(between(&mut rng, self.tail_blocks)));
+                hash_ids.extend(fresh.take(between(&mut rng, self.tail_blocks)));
                 request(i as u64 * self.interval_ms, hash_ids)
             })
             .collect()
