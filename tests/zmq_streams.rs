@@ -106,6 +106,17 @@ fn stored(hash: u64, parent: Option<u64>, first: u32) -> (Vec<u8>, LocalBlockHas
     (rmp_serde::to_vec(&json!([0.0, [event], 0])).unwrap(), local)
 }
 
+/// A subscriber to `engine` (and to its replay socket if `replay`) feeding a fresh index.
+fn subscribe(engine: &Engine, replay: bool) -> (Arc<Mutex<ReferenceIndex>>, ZmqSubscriber) {
+    let index = Arc::new(Mutex::new(ReferenceIndex::new()));
+    let mut endpoint = ZmqEndpoint::new(WORKER.id, Engine::address(&engine.publisher));
+    if replay {
+        endpoint = endpoint.with_replay(Engine::address(&engine.replay));
+    }
+    let config = SubscriberConfig { endpoints: vec![endpoint], ..SubscriberConfig::default() };
+    (index.clone(), ZmqSubscriber::start(config, index).unwrap())
+}
+
 fn depth(index: &Mutex<ReferenceIndex>, chain: &[LocalBlockHash]) -> u32 {
     index.lock().unwrap().find_matches(chain).get(WORKER)
 }
@@ -118,11 +129,7 @@ fn stats(subscriber: &ZmqSubscriber) -> EndpointStats {
 fn restarts_undecodable_batches_and_duplicates() {
     let context = zmq::Context::new();
     let mut engine = Engine::bind(&context);
-    let index = Arc::new(Mutex::new(ReferenceIndex::new()));
-    let endpoint = ZmqEndpoint::new(WORKER.id, Engine::address(&engine.publisher))
-        .with_replay(Engine::address(&engine.replay));
-    let config = SubscriberConfig { endpoints: vec![endpoint], ..SubscriberConfig::default() };
-    let subscriber = ZmqSubscriber::start(config, index.clone()).unwrap();
+    let (index, subscriber) = subscribe(&engine, true);
 
     // First run: a chain of 4 blocks, batch 2 sent twice, then a batch nobody can decode.
     let mut chain = Vec::new();
@@ -161,11 +168,7 @@ fn restarts_undecodable_batches_and_duplicates() {
 fn a_publisher_that_comes_back_is_reconnected_and_what_it_sent_meanwhile_replayed() {
     let context = zmq::Context::new();
     let mut engine = Engine::bind(&context);
-    let index = Arc::new(Mutex::new(ReferenceIndex::new()));
-    let endpoint = ZmqEndpoint::new(WORKER.id, Engine::address(&engine.publisher))
-        .with_replay(Engine::address(&engine.replay));
-    let config = SubscriberConfig { endpoints: vec![endpoint], ..SubscriberConfig::default() };
-    let subscriber = ZmqSubscriber::start(config, index.clone()).unwrap();
+    let (index, subscriber) = subscribe(&engine, true);
     let (payload, first) = stored(10, None, 0);
     engine.publish(0, payload);
     engine.until("the first batch", || depth(&index, &[first]) == 1);
@@ -187,10 +190,7 @@ fn a_publisher_that_comes_back_is_reconnected_and_what_it_sent_meanwhile_replaye
 fn without_a_replay_socket_losses_are_counted_not_healed() {
     let context = zmq::Context::new();
     let mut engine = Engine::bind(&context);
-    let index = Arc::new(Mutex::new(ReferenceIndex::new()));
-    let endpoint = ZmqEndpoint::new(WORKER.id, Engine::address(&engine.publisher));
-    let config = SubscriberConfig { endpoints: vec![endpoint], ..SubscriberConfig::default() };
-    let subscriber = ZmqSubscriber::start(config, index.clone()).unwrap();
+    let (index, subscriber) = subscribe(&engine, false);
     let (payload, root) = stored(1, None, 0);
     engine.publish(0, payload);
     engine.until("the first batch", || depth(&index, &[root]) == 1);
