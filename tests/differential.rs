@@ -48,3 +48,46 @@ proptest! {
         check_ops_on(lanes, &ops, &extreme_queries(3)).map_err(TestCaseError::fail)?;
     }
 }
+
+/// More workers than a lane has holder slots (64), some removed and others added after them
+/// (so freed slots can be handed out again): runs with and without holder bits, and walks that
+/// turn from bits to lists part-way, agree with the reference.
+#[test]
+fn more_workers_than_slots_and_slots_handed_out_again() {
+    use kvroute::{LocalBlockHash, RouterEvent, SequenceHash, StoredBlock, Worker, WorkerId};
+    let store = |id: u64, from: u64, to: u64| {
+        let blocks = (from..=to).map(|l| StoredBlock::new(l, l + 1000 * id)).collect();
+        let parent = (from > 1).then(|| SequenceHash(from - 1 + 1000 * id));
+        Op::Event(RouterEvent::stored(Worker::new(id, 0), 0, parent, blocks))
+    };
+    let mut ops = Vec::new();
+    for id in 0..70 {
+        ops.push(store(id, 1, 6));
+        if id % 3 == 0 {
+            ops.push(store(id, 7, 9));
+        }
+    }
+    ops.extend((0..20).map(|id| Op::RemoveId(WorkerId(id))));
+    for id in 100..130 {
+        ops.push(store(id, 1, if id % 2 == 0 { 4 } else { 6 }));
+        if id % 5 == 0 {
+            ops.push(store(id, 7, 8));
+        }
+    }
+    let chain = |to: u64| (1..=to).map(LocalBlockHash).collect::<Vec<_>>();
+    let queries = [chain(9), chain(8), chain(6), chain(4), chain(1)];
+    for lanes in [1, 2] {
+        check_ops_on(lanes, &ops, &queries).unwrap_or_else(|e| panic!("{lanes} lanes: {e}"));
+    }
+    // One lane: workers 0..64 take its slots; worker 64, slotless, holds only block 3 of the
+    // chain, so a walk narrows by bits over blocks 1–2 and turns to lists at block 3.
+    let mut ops: Vec<Op> = (0..=64).map(|id| store(id, 1, 4)).collect();
+    let removed = |id: u64, blocks: &[u64]| {
+        let hashes = blocks.iter().map(|&l| SequenceHash(l + 1000 * id)).collect();
+        Op::Event(RouterEvent::removed(Worker::new(id, 0), 0, hashes))
+    };
+    ops.push(removed(64, &[1, 2]));
+    ops.push(removed(5, &[4, 3]));
+    ops.push(removed(6, &[4]));
+    check_ops_on(1, &ops, &queries).unwrap_or_else(|e| panic!("bits then lists: {e}"));
+}

@@ -18,7 +18,7 @@
 use crate::event::{LocalBlockHash, SequenceHash, Worker};
 use crate::hash::next_sequence_hash;
 use crate::index::checkpoints::{SEQ_STRIDE, SeqCheckpoints};
-use crate::index::holder_sets::HolderSets;
+use crate::index::holder_sets::{HolderSets, Holders};
 use crate::index::locals::Locals;
 use crate::index::run::{ROOT_TAIL, Run, RunId, RunState};
 use crate::index::run_table::RunTableWriter;
@@ -83,14 +83,12 @@ pub(crate) struct LaneTrie {
     free_runs: Vec<RunId>,
     nodes: Vec<NodePos>,
     free_nodes: Vec<NodeId>,
-    /// Reused buffers: for [`Self::release`], for the holders of a run's next version, for
-    /// the sequence hashes of an appended branch, and for a run's content hashes with a branch
-    /// appended.
+    /// Reused buffers: for [`Self::release`], for the sequence hashes of an appended branch,
+    /// and for a run's content hashes with a branch appended.
     spots: Vec<(RunId, u32)>,
-    holders: Vec<Worker>,
     chain_seqs: Vec<u64>,
     joined: Vec<u64>,
-    /// The holder lists of one worker and of none, shared by the runs.
+    /// Makes the runs' holder sets (and hands out the lane's holder slots).
     holder_sets: HolderSets,
     /// What this lane unlinked and readers may still hold.
     retired: Reclaimer,
@@ -114,7 +112,6 @@ impl LaneTrie {
             nodes: Vec::new(),
             free_nodes: Vec::new(),
             spots: Vec::new(),
-            holders: Vec::new(),
             chain_seqs: Vec::new(),
             joined: Vec::new(),
             holder_sets: HolderSets::default(),
@@ -166,24 +163,23 @@ impl LaneTrie {
         self.free_runs = Vec::new();
         self.nodes = Vec::new();
         self.free_nodes = Vec::new();
-        self.holder_sets = HolderSets::default();
+        self.holder_sets.forget_all(&mut self.retired);
         for buffer in [&mut self.chain_seqs, &mut self.joined] {
             *buffer = Vec::new();
         }
-        (self.spots, self.holders) = (Vec::new(), Vec::new());
+        self.spots = Vec::new();
     }
 
     /// Gives back the reused buffers an unusually large event grew.
     pub(crate) fn trim_buffers(&mut self) {
         shed(&mut self.spots);
-        shed(&mut self.holders);
         shed(&mut self.chain_seqs);
         shed(&mut self.joined);
     }
 
     /// Forgets what the trie keeps for `worker` itself (it holds nothing any more).
     pub(crate) fn forget_worker(&mut self, worker: Worker) {
-        self.holder_sets.forget(worker);
+        self.holder_sets.forget(worker, &mut self.retired);
     }
 
     /// Frees the retired batches that are safe (when idle).
@@ -297,12 +293,7 @@ impl LaneTrie {
             let last = first + (end - at) as u32 - 1;
             let run = self.isolate(pos.run, first, last, guard);
             let members = &self.state(run, guard).members;
-            let slot = members.binary_search(&worker).expect_err("not a holder yet");
-            self.holders.clear();
-            self.holders.extend_from_slice(&members[..slot]);
-            self.holders.push(worker);
-            self.holders.extend_from_slice(&members[slot..]);
-            let members = self.holder_sets.of(&self.holders);
+            let members = self.holder_sets.adding(members, worker, self.table.table().names());
             self.set_members(run, members, guard);
             at = end;
         }
@@ -366,7 +357,7 @@ impl LaneTrie {
                 locals: Locals::new(locals),
                 tail_seq: *seqs.last().expect("non-empty"),
                 tail_id: self.fresh_tail(),
-                members: self.holder_sets.of(&[worker]),
+                members: self.holder_sets.solo(worker, self.table.table().names()),
             };
             let parent_tail = match parent {
                 ROOT => ROOT_TAIL,
@@ -459,10 +450,9 @@ impl LaneTrie {
 
     fn release_stretch(&mut self, worker: Worker, run: RunId, first: u32, last: u32, g: &Guard) {
         let state = self.state(run, g);
-        self.holders.clear();
-        self.holders.extend(state.members.iter().filter(|&&w| w != worker));
         let len = state.locals.len() as u32;
-        if last + 1 == len && self.holders.is_empty() && self.meta(run).children.is_empty() {
+        let last_holder = state.members.len() == 1;
+        if last + 1 == len && last_holder && self.meta(run).children.is_empty() {
             // Nothing holds or hangs below the stretch any more: cut it off.
             if first == 0 {
                 self.remove_run(run, g);
@@ -471,8 +461,9 @@ impl LaneTrie {
             }
             return;
         }
+        // The isolated part keeps the run's holders.
+        let members = self.holder_sets.removing(&state.members, worker);
         let run = self.isolate(run, first, last, g);
-        let members = self.holder_sets.of(&self.holders);
         self.set_members(run, members, g);
     }
 
@@ -552,7 +543,7 @@ impl LaneTrie {
         meta.run = next;
     }
 
-    fn set_members(&mut self, run: RunId, members: Arc<[Worker]>, guard: &Guard) {
+    fn set_members(&mut self, run: RunId, members: Holders, guard: &Guard) {
         let state = self.state(run, guard);
         let (locals, tail_seq, tail_id) = (state.locals.clone(), state.tail_seq, state.tail_id);
         let next = RunState { locals, tail_seq, tail_id, members };
@@ -702,7 +693,7 @@ impl LaneTrie {
                 size_of::<Run>()
                     + 2 * size_of::<usize>() // the `Arc` counts
                     + state.locals.allocated()
-                    + HolderSets::own_bytes(&state.members)
+                    + state.members.own_bytes()
                     + meta.children.capacity() * 4
                     + meta.ids.capacity() * 4
                     + meta.seqs.heap_bytes()

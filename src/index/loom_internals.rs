@@ -2,13 +2,14 @@
 //! lane's tree with its writer operations, and the lock-free walk readers take over it.
 
 use crate::event::{LocalBlockHash, Worker};
+use crate::index::holder_sets::Holders;
 use crate::index::lane_trie::LaneTrie;
 use crate::index::locals::Locals;
 use crate::index::run::{Run, RunState, walk};
 use crate::index::run_table::{RunTable, RunTableWriter};
 use crate::mix::Mixer;
 use crate::sync::epoch::{Reclaimer, pin};
-use crate::sync::{Arc, AtomicU32, shared_slice};
+use crate::sync::{Arc, AtomicU32};
 
 /// One lane's tree, written through the lane's own operations.
 pub struct LoomLane {
@@ -104,7 +105,7 @@ impl LoomTable {
             locals: Locals::new(locals),
             tail_seq: 0,
             tail_id: 0,
-            members: shared_slice(&[]),
+            members: Holders::listed(&[]),
         };
         Arc::new(Run { id: AtomicU32::new(0), parent_tail: 0, first: locals[0], state })
     }

@@ -29,6 +29,7 @@ mod spent;
 mod tag_map;
 mod tiered;
 mod worker_dump;
+mod worker_slots;
 
 use std::collections::BTreeMap;
 

@@ -18,11 +18,12 @@
 
 use crate::event::{LocalBlockHash, SequenceHash, Worker};
 use crate::hash::next_sequence_hash;
+use crate::index::holder_sets::Holders;
 use crate::index::locals::Locals;
 use crate::index::run_table::RunTable;
 use crate::prefetch::prefetch_slice;
+use crate::sync::AtomicU32;
 use crate::sync::epoch::Guard;
-use crate::sync::{Arc, AtomicU32};
 
 /// Identifies a run to its lane (an index into the lane's arena).
 pub(crate) type RunId = u32;
@@ -63,7 +64,7 @@ pub(crate) struct RunState {
     pub(crate) tail_id: u64,
     /// The workers holding every block of the run, sorted; shared like `locals` between
     /// versions that differ in content only (a split's two halves, a shortened run).
-    pub(crate) members: Arc<[Worker]>,
+    pub(crate) members: Holders,
 }
 
 impl RunState {
@@ -136,12 +137,24 @@ pub(crate) fn prefetch_root(table: &RunTable, query: &[LocalBlockHash], guard: &
     }
 }
 
+/// A lane's workers that hold every block a walk has matched so far.
+#[derive(Clone, Copy)]
+enum Matching {
+    /// No run visited yet.
+    Unknown,
+    /// As bits of the lane's slots: every run so far had bits.
+    Bits(u64),
+    /// `out[start..]`, sorted.
+    Listed(usize),
+}
+
 /// Walks one lane's runs along `query` and appends, per worker of the lane that matches, how
 /// many leading blocks it holds (the reference tree's rule: a worker counts until the first
 /// block it does not hold).
 ///
-/// The lane's matching workers go straight into `out`: those still matching are kept at its
-/// end with their depth unset, so a query allocates nothing beyond its answer.
+/// Matching workers are narrowed as bits of the lane's slots, one AND per run, while the runs
+/// have bits; the walk turns to merging holder lists (kept at the end of `out`, depth unset) at
+/// the first run that has none. Either way a query allocates nothing beyond its answer.
 pub(crate) fn walk(
     table: &RunTable,
     query: &[LocalBlockHash],
@@ -149,15 +162,20 @@ pub(crate) fn walk(
     out: &mut Vec<(Worker, u32)>,
 ) {
     let Some(&first) = query.first() else { return };
+    let names = table.names();
+    let named = |bits: u64, depth: u32| BitIter(bits).map(move |slot| (names.worker(slot), depth));
     let mut key = next_sequence_hash(None, first).0;
     let (mut parent, mut local) = (ROOT_TAIL, first.0);
     let mut at = 0;
-    // `out[active..]`: this lane's workers that hold every block matched so far.
-    let mut active = None;
+    let mut matching = Matching::Unknown;
     while let Some(run) = table.get(key, guard, |run| run.is_child(parent, local)) {
         let state = &run.state;
-        // The holders are read after the hashes are compared: their lines load meanwhile.
-        prefetch_slice(&state.members, 4);
+        let members = &state.members;
+        let bits = members.bits();
+        if bits.is_none() {
+            // The holders are read after the hashes are compared: their lines load meanwhile.
+            prefetch_slice(members, 4);
+        }
         // The next run's key if this one matches whole: known before its hashes are compared,
         // so the lookup's first cache miss overlaps the comparison's.
         let next = query.get(at + state.locals.len()).map(|&local| {
@@ -167,16 +185,31 @@ pub(crate) fn walk(
         });
         let matched = common_prefix(&state.locals, &query[at..]);
         debug_assert!(matched > 0, "the run starts with the query's next block");
-        let still = match active {
-            None => {
-                out.extend(state.members.iter().map(|&worker| (worker, 0)));
-                out.len() - state.members.len()
+        let depth = at as u32;
+        matching = match (matching, bits) {
+            (Matching::Unknown, Some(bits)) => Matching::Bits(bits),
+            (Matching::Bits(before), Some(bits)) => {
+                out.extend(named(before & !bits, depth));
+                Matching::Bits(before & bits)
             }
-            Some(before) => before + keep_holders(&mut out[before..], &state.members, at as u32),
+            (Matching::Unknown, None) => {
+                out.extend(members.iter().map(|&worker| (worker, 0)));
+                Matching::Listed(out.len() - members.len())
+            }
+            (Matching::Bits(before), None) => {
+                let start = out.len();
+                out.extend(named(before, 0));
+                out[start..].sort_unstable();
+                Matching::Listed(start + keep_holders(&mut out[start..], members, depth))
+            }
+            (Matching::Listed(start), _) => {
+                Matching::Listed(start + keep_holders(&mut out[start..], members, depth))
+            }
         };
-        active = Some(still);
-        if still == out.len() {
-            return;
+        match matching {
+            Matching::Bits(0) => return,
+            Matching::Listed(start) if start == out.len() => return,
+            _ => {}
         }
         at += matched;
         if matched < state.locals.len() || at == query.len() {
@@ -186,8 +219,26 @@ pub(crate) fn walk(
         (parent, local) = (state.tail_id, query[at].0);
         key = next;
     }
-    if let Some(still) = active {
-        out[still..].iter_mut().for_each(|(_, depth)| *depth = at as u32);
+    match matching {
+        Matching::Unknown => {}
+        Matching::Bits(bits) => out.extend(named(bits, at as u32)),
+        Matching::Listed(start) => {
+            out[start..].iter_mut().for_each(|(_, depth)| *depth = at as u32)
+        }
+    }
+}
+
+/// The set bits of a word, lowest first.
+struct BitIter(u64);
+
+impl Iterator for BitIter {
+    type Item = u32;
+
+    #[inline]
+    fn next(&mut self) -> Option<u32> {
+        let bit = (self.0 != 0).then(|| self.0.trailing_zeros())?;
+        self.0 &= self.0 - 1;
+        Some(bit)
     }
 }
 

@@ -19,6 +19,7 @@
 //! to the writer's [`Reclaimer`], which gives it back once no pinned reader can hold the pointer.
 
 use crate::index::run::Run;
+use crate::index::worker_slots::WorkerSlots;
 use crate::mix::Mixer;
 use crate::prefetch::{prefetch_all, prefetch_line};
 use crate::sync::epoch::{Guard, Published, Reclaimer};
@@ -92,6 +93,9 @@ pub(crate) struct RunTable {
     /// Slots with a key (live or tombstone) and slots with a run, kept by the writer.
     keyed: AtomicUsize,
     live: AtomicUsize,
+    /// Who the lane's holder bits stand for (kept here: the table is what queries of a lane
+    /// read).
+    names: WorkerSlots,
 }
 
 /// One strong count of a run, held as the raw pointer a slot stored; dropping it releases it.
@@ -119,6 +123,7 @@ impl RunTableWriter {
             mixer,
             keyed: AtomicUsize::new(0),
             live: AtomicUsize::new(0),
+            names: WorkerSlots::default(),
         }))
     }
 
@@ -242,6 +247,12 @@ impl RunTableWriter {
 }
 
 impl RunTable {
+    /// Who the lane's holder bits stand for.
+    #[inline]
+    pub(crate) fn names(&self) -> &WorkerSlots {
+        &self.names
+    }
+
     /// Starts loading the slot a lookup of `key` begins at, so that its cache miss overlaps
     /// other work (a hint only: nothing is read or published).
     #[inline]
@@ -313,11 +324,12 @@ mod tests {
 
     use super::*;
     use crate::event::Worker;
+    use crate::index::holder_sets::Holders;
     use crate::index::locals::Locals;
     use crate::index::run::RunState;
     use crate::sync::epoch::Reclaimer;
     use crate::sync::epoch::pin;
-    use crate::sync::{AtomicBool, AtomicU32, shared_slice};
+    use crate::sync::{AtomicBool, AtomicU32};
 
     /// A run hanging from `parent_tail`, with content `[key, key + 1]`.
     fn run_below(key: u64, parent_tail: u64) -> Arc<Run> {
@@ -325,7 +337,7 @@ mod tests {
             locals: Locals::new(&[key, key.wrapping_add(1)]),
             tail_seq: key,
             tail_id: key,
-            members: shared_slice(&[Worker::new(key, 0)]),
+            members: Holders::listed(&[Worker::new(key, 0)]),
         };
         let id = AtomicU32::new(key as u32);
         Arc::new(Run { id, parent_tail, first: key, state })
@@ -412,7 +424,7 @@ mod tests {
                 locals: Locals::new(&[1, v]),
                 tail_seq: v,
                 tail_id: v,
-                members: shared_slice(&[Worker::new(v, 0)]),
+                members: Holders::listed(&[Worker::new(v, 0)]),
             };
             Arc::new(Run { id: AtomicU32::new(0), parent_tail: 0, first: 1, state })
         };

@@ -1,0 +1,111 @@
+//! Queries only, for working on kvroute's walk: the comparison's workload for one shape is
+//! ingested once into a fresh `EventPool`, then the comparison's timed sample of queries is run
+//! `--passes` times, printing each pass's p50 and p99 (one call at a time, as the comparison
+//! times them) and the median of the passes. `--pause S` sleeps S seconds between the ingest and
+//! the first pass, so a profiler started with a delay (`perf record -D`) sees only queries.
+//! `--prefix N` cuts every query to its first N blocks, to see what the deeper runs add. The
+//! last lines compare the slowest 1% of one more pass with all of it (query length, deepest
+//! match, workers answered).
+//!
+//! ```sh
+//! cargo run --release -p kvroute-compare --bin find -- --shape documents --passes 9
+//! ```
+
+use std::hint::black_box;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use kvroute::LocalBlockHash;
+use kvroute::sim::shapes::Shape;
+use kvroute_compare::kvroute_pool::KvroutePool;
+use kvroute_compare::latency::percentile;
+use kvroute_compare::subject::Subject;
+use kvroute_compare::workload::{self, EngineHashes};
+
+fn main() -> ExitCode {
+    let (mut shape, mut passes, mut count, mut pause) = (Shape::Documents, 5usize, 20_000, 0u64);
+    let mut prefix = usize::MAX;
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next().unwrap_or_default();
+        let parsed = match flag.as_str() {
+            "--shape" => Shape::parse(&value).map(|s| shape = s).ok_or(()),
+            "--passes" => value.parse().map(|v| passes = v).map_err(drop),
+            "--queries" => value.parse().map(|v| count = v).map_err(drop),
+            "--pause" => value.parse().map(|v| pause = v).map_err(drop),
+            "--prefix" => value.parse().map(|v| prefix = v).map_err(drop),
+            _ => Err(()),
+        };
+        if parsed.is_err() {
+            eprintln!(
+                "usage: find [--shape conversation|documents|shared-fleet] [--passes P] [--queries Q] [--pause S] [--prefix N]"
+            );
+            return ExitCode::from(2);
+        }
+    }
+    let workload = match workload::build(shape, 1, EngineHashes::Shared) {
+        Ok(workload) => workload,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let subject = KvroutePool::new(2);
+    subject.apply_all(&workload.events);
+    subject.flush();
+    let stride = (workload.queries.len() / count.max(1)).max(1);
+    let sample: Vec<&[_]> = (0..count)
+        .map(|i| {
+            let query = workload.queries[(i * stride) % workload.queries.len()].as_slice();
+            &query[..query.len().min(prefix)]
+        })
+        .collect();
+    let prepared: Vec<_> = sample.iter().map(|q| subject.prepare(q)).collect();
+    std::thread::sleep(Duration::from_secs(pause));
+    let (mut p50s, mut p99s) = (Vec::new(), Vec::new());
+    for pass in 1..=passes {
+        let mut ns = time_prepared(&subject, &prepared);
+        let (p50, p99) =
+            (percentile(&mut ns, 50.0).unwrap_or(0), percentile(&mut ns, 99.0).unwrap_or(0));
+        println!("pass {pass}: p50 {p50} ns  p99 {p99} ns");
+        p50s.push(p50);
+        p99s.push(p99);
+    }
+    describe_tail(&subject, &prepared, &sample);
+    let (p50, p99) =
+        (percentile(&mut p50s, 50.0).unwrap_or(0), percentile(&mut p99s, 50.0).unwrap_or(0));
+    println!("{}: median of {passes} passes: p50 {p50} ns  p99 {p99} ns", shape.name());
+    ExitCode::SUCCESS
+}
+
+/// Nanoseconds of each call, timed as the comparison's `time_queries` times them, on queries
+/// prepared once (so a profile of the passes shows no query copies).
+fn time_prepared<S: Subject>(subject: &S, prepared: &[S::Query]) -> Vec<u64> {
+    let time = |query| {
+        let start = Instant::now();
+        drop(black_box(subject.find_matches(black_box(query))));
+        start.elapsed().as_nanos() as u64
+    };
+    prepared.iter().map(time).collect()
+}
+
+/// What the slowest 1% of one more pass's queries look like next to all of them: query length,
+/// deepest match and workers answered, on average.
+fn describe_tail<S: Subject>(subject: &S, prepared: &[S::Query], sample: &[&[LocalBlockHash]]) {
+    let ns = time_prepared(subject, prepared);
+    let mut order: Vec<usize> = (0..ns.len()).collect();
+    order.sort_unstable_by_key(|&i| std::cmp::Reverse(ns[i]));
+    let shape = |picked: &[usize]| {
+        let n = picked.len().max(1) as f64;
+        let (mut len, mut depth, mut workers) = (0.0, 0.0, 0.0);
+        for &i in picked {
+            let pairs = subject.scores(sample[i]);
+            len += sample[i].len() as f64;
+            depth += pairs.iter().map(|&(_, d)| d).max().unwrap_or(0) as f64;
+            workers += pairs.len() as f64;
+        }
+        format!("query {:.1} blocks, deepest {:.1}, {:.1} workers", len / n, depth / n, workers / n)
+    };
+    println!("all:         {}", shape(&order));
+    println!("slowest 1%:  {}", shape(&order[..order.len() / 100]));
+}
