@@ -10,6 +10,7 @@
 //! and every call that involves it returns [`LaneDown`] — calls already waiting on it too —
 //! instead of blocking.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
@@ -31,6 +32,13 @@ pub trait Lane: Send + 'static {
     /// change anything a handler depends on.
     fn ahead(&self, next: &Self::Message) {
         let _ = next;
+    }
+
+    /// Called with the message two after the one about to be handled, when the lane already
+    /// holds it: a place to start loading the message itself (written on another core), so
+    /// that [`Self::ahead`] can read it without waiting. A hint only, like `ahead`.
+    fn farther(&self, message: &Self::Message) {
+        let _ = message;
     }
 
     /// Called when the lane's queue is momentarily empty (before it waits for more) and before
@@ -345,21 +353,23 @@ fn serve<L: Lane>(lane: &mut L, receiver: &Receiver<Envelope<L>>, room: &Room) {
             }
         }
     };
+    // The batch in hand. If a handler panics and the lane does not recover, the rest of it is
+    // dropped with it: tasks in it close their reply channels, as for the queue (see `run`).
+    let mut batch = VecDeque::new();
     while let Ok(envelope) = receiver.recv() {
         room.taken(receiver);
         handle(lane, envelope);
         loop {
-            // If a handler panics and the lane does not recover, the rest of the batch is
-            // dropped with it: tasks in it close their reply channels, as for the queue (see
-            // `run`).
-            let batch = receiver.drain();
-            if batch.len() == 0 {
+            batch.extend(receiver.drain());
+            if batch.is_empty() {
                 break;
             }
             room.taken(receiver);
-            let mut batch = batch.peekable();
-            while let Some(envelope) = batch.next() {
-                if let Some(Envelope::Message(next)) = batch.peek() {
+            while let Some(envelope) = batch.pop_front() {
+                if let Some(Envelope::Message(later)) = batch.get(1) {
+                    lane.farther(later);
+                }
+                if let Some(Envelope::Message(next)) = batch.front() {
                     lane.ahead(next);
                 }
                 handle(lane, envelope);
@@ -420,10 +430,10 @@ mod tests {
         }
     }
 
-    /// Per look ahead: the last message handled, and the one shown.
-    type Shown = Arc<Mutex<Vec<(Option<u64>, u64)>>>;
+    /// Per look ahead: the last message handled, the one shown, and how far ahead (1 or 2).
+    type Shown = Arc<Mutex<Vec<(Option<u64>, u64, u64)>>>;
 
-    /// Records what it handles and, per message, the one it was shown ahead of it.
+    /// Records what it handles and, per message, the ones it was shown ahead of it.
     struct LookingAhead {
         handled: Vec<u64>,
         shown: Shown,
@@ -434,7 +444,11 @@ mod tests {
         type Message = u64;
         fn ahead(&self, next: &u64) {
             let last = self.handled.last().copied();
-            self.shown.lock().push((last, *next));
+            self.shown.lock().push((last, *next, 1));
+        }
+        fn farther(&self, message: &u64) {
+            let last = self.handled.last().copied();
+            self.shown.lock().push((last, *message, 2));
         }
         fn handle(&mut self, message: u64) {
             // The first message waits, so the rest arrive as one batch.
@@ -461,13 +475,19 @@ mod tests {
         pool.flush().unwrap();
         let handled = pool.run_on_lane(0, |lane: &mut LookingAhead| lane.handled.clone()).unwrap();
         assert_eq!(handled, (0..20).collect::<Vec<_>>());
-        // Message 0 is taken alone; then the rest come as a batch, each shown right before the
-        // one ahead of it is handled (after the one before that), the batch's first never.
+        // Message 0 is taken alone; then the rest come as a batch, each shown twice: right
+        // before the one two ahead of it is handled, and before the one ahead of it is (after
+        // the one before that); the batch's first never, its second only once.
         let shown = shown.lock().clone();
         assert!(!shown.is_empty(), "a batch was looked ahead in");
-        for &(last, next) in &shown {
+        for &(last, message, distance) in &shown {
             let before = last.expect("shown after the first message was handled");
-            assert_eq!(next, before + 2, "{shown:?}");
+            assert_eq!(message, before + 1 + distance, "{shown:?}");
+        }
+        for message in 3..20 {
+            let times: Vec<u64> =
+                shown.iter().filter(|s| s.1 == message).map(|&(_, _, d)| d).collect();
+            assert_eq!(times, [2, 1], "message {message}: {shown:?}");
         }
     }
 
