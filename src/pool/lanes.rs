@@ -10,7 +10,6 @@
 //! and every call that involves it returns [`LaneDown`] — calls already waiting on it too —
 //! instead of blocking.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
@@ -353,23 +352,26 @@ fn serve<L: Lane>(lane: &mut L, receiver: &Receiver<Envelope<L>>, room: &Room) {
             }
         }
     };
-    // The batch in hand. If a handler panics and the lane does not recover, the rest of it is
-    // dropped with it: tasks in it close their reply channels, as for the queue (see `run`).
-    let mut batch = VecDeque::new();
     while let Ok(envelope) = receiver.recv() {
         room.taken(receiver);
         handle(lane, envelope);
         loop {
-            batch.extend(receiver.drain());
-            if batch.is_empty() {
+            // If a handler panics and the lane does not recover, the rest of the batch is
+            // dropped with it: tasks in it close their reply channels, as for the queue (see
+            // `run`).
+            let mut batch = receiver.drain();
+            if batch.len() == 0 {
                 break;
             }
             room.taken(receiver);
-            while let Some(envelope) = batch.pop_front() {
-                if let Some(Envelope::Message(later)) = batch.get(1) {
+            // The next two envelopes, taken out of the batch one at a time (not buffered).
+            let (mut next, mut later) = (batch.next(), batch.next());
+            while let Some(envelope) = next.take() {
+                (next, later) = (later, batch.next());
+                if let Some(Envelope::Message(later)) = &later {
                     lane.farther(later);
                 }
-                if let Some(Envelope::Message(next)) = batch.front() {
+                if let Some(Envelope::Message(next)) = &next {
                     lane.ahead(next);
                 }
                 handle(lane, envelope);
