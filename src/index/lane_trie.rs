@@ -533,12 +533,8 @@ impl LaneTrie {
     fn publish(&mut self, run: RunId, state: RunState, guard: &Guard) {
         let meta = self.runs[run as usize].as_mut().expect("live run");
         let current = &meta.run;
-        let next = Arc::new(Run {
-            id: AtomicU32::new(run),
-            parent_tail: current.parent_tail,
-            first: current.first,
-            state,
-        });
+        let next =
+            Arc::new(Run { id: AtomicU32::new(run), parent_tail: current.parent_tail, state });
         self.table.replace(meta.seqs.key(), current, next.clone(), guard, &mut self.retired);
         meta.run = next;
     }
@@ -608,8 +604,7 @@ impl LaneTrie {
         for &child in &children {
             self.meta_mut(child).parent = id;
         }
-        let first = state.locals[0];
-        let run = Arc::new(Run { id: AtomicU32::new(id), parent_tail, first, state });
+        let run = Arc::new(Run { id: AtomicU32::new(id), parent_tail, state });
         self.table.insert(seqs.key(), run.clone(), guard, &mut self.retired);
         self.runs[id as usize] = Some(RunMeta { run, parent, children, ids, seqs });
         if parent != ROOT {

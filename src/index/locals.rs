@@ -20,7 +20,7 @@ use std::ops::{Deref, Range};
 use crate::sync::{Arc, shared_slice};
 
 /// Runs of up to this many blocks keep their hashes inline.
-pub(crate) const INLINE: usize = 12;
+pub(crate) const INLINE: usize = 11;
 
 /// See the [module docs](self).
 #[derive(Clone)]

@@ -107,7 +107,7 @@ impl LoomTable {
             tail_id: 0,
             members: Holders::listed(&[]),
         };
-        Arc::new(Run { id: AtomicU32::new(0), parent_tail: 0, first: locals[0], state })
+        Arc::new(Run { id: AtomicU32::new(0), parent_tail: 0, state })
     }
 
     /// Publishes a run with content `locals` under `key`.
@@ -141,7 +141,7 @@ impl LoomTable {
     /// Unlinks the run under `key` whose content starts with `first`.
     pub fn remove_starting(&self, key: u64, first: u64) {
         let mut runs = self.runs.lock().expect("not poisoned");
-        let at = runs.iter().position(|(k, run)| *k == key && run.first == first);
+        let at = runs.iter().position(|(k, run)| *k == key && run.first() == first);
         let (_, run) = runs.remove(at.expect("a published run"));
         let (writer, retired) = &mut *self.writer.lock().expect("not poisoned");
         writer.remove(key, &run, &pin(), retired);
@@ -150,7 +150,7 @@ impl LoomTable {
     /// The content of the run under `key` that starts with `first`, if any.
     pub fn get_starting(&self, key: u64, first: u64) -> Option<Vec<u64>> {
         let guard = pin();
-        let run = self.table.get(key, &guard, |run| run.first == first)?;
+        let run = self.table.get(key, &guard, |run| run.first() == first)?;
         Some(run.state.locals.to_vec())
     }
 

@@ -36,8 +36,6 @@ pub(crate) struct Run {
     pub(crate) id: AtomicU32,
     /// The tail id of the node this run hangs from ([`ROOT_TAIL`] for a root).
     pub(crate) parent_tail: u64,
-    /// The content hash of the run's first block.
-    pub(crate) first: u64,
     pub(crate) state: RunState,
 }
 
@@ -48,7 +46,13 @@ impl Run {
     /// Whether this is the child with content `local` of the node tailed `parent_tail`.
     #[inline]
     pub(crate) fn is_child(&self, parent_tail: u64, local: u64) -> bool {
-        self.parent_tail == parent_tail && self.first == local
+        self.parent_tail == parent_tail && self.first() == local
+    }
+
+    /// The content hash of the run's first block.
+    #[inline]
+    pub(crate) fn first(&self) -> u64 {
+        self.state.locals[0]
     }
 }
 

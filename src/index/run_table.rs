@@ -340,7 +340,7 @@ mod tests {
             members: Holders::listed(&[Worker::new(key, 0)]),
         };
         let id = AtomicU32::new(key as u32);
-        Arc::new(Run { id, parent_tail, first: key, state })
+        Arc::new(Run { id, parent_tail, state })
     }
 
     fn run(key: u64) -> Arc<Run> {
@@ -426,7 +426,7 @@ mod tests {
                 tail_id: v,
                 members: Holders::listed(&[Worker::new(v, 0)]),
             };
-            Arc::new(Run { id: AtomicU32::new(0), parent_tail: 0, first: 1, state })
+            Arc::new(Run { id: AtomicU32::new(0), parent_tail: 0, state })
         };
         let mut table = RunTableWriter::new(Mixer::random());
         let mut retired = Reclaimer::default();
