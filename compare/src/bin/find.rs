@@ -5,7 +5,8 @@
 //! the first pass, so a profiler started with a delay (`perf record -D`) sees only queries.
 //! `--prefix N` cuts every query to its first N blocks, to see what the deeper runs add. The
 //! last lines compare the slowest 1% of one more pass with all of it (query length, deepest
-//! match, workers answered).
+//! match, workers answered). `--dup N` replays the shape's trace N times, as the comparison's
+//! `--dup` does.
 //!
 //! ```sh
 //! cargo run --release -p kvroute-compare --bin find -- --shape documents --passes 9
@@ -24,7 +25,7 @@ use kvroute_compare::workload::{self, EngineHashes};
 
 fn main() -> ExitCode {
     let (mut shape, mut passes, mut count, mut pause) = (Shape::Documents, 5usize, 20_000, 0u64);
-    let mut prefix = usize::MAX;
+    let (mut prefix, mut dup) = (usize::MAX, 1u32);
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().unwrap_or_default();
@@ -34,16 +35,17 @@ fn main() -> ExitCode {
             "--queries" => value.parse().map(|v| count = v).map_err(drop),
             "--pause" => value.parse().map(|v| pause = v).map_err(drop),
             "--prefix" => value.parse().map(|v| prefix = v).map_err(drop),
+            "--dup" => value.parse().map(|v| dup = v).map_err(drop),
             _ => Err(()),
         };
         if parsed.is_err() {
             eprintln!(
-                "usage: find [--shape conversation|documents|shared-fleet] [--passes P] [--queries Q] [--pause S] [--prefix N]"
+                "usage: find [--shape conversation|documents|shared-fleet] [--passes P] [--queries Q] [--pause S] [--prefix N] [--dup N]"
             );
             return ExitCode::from(2);
         }
     }
-    let workload = match workload::build(shape, 1, EngineHashes::Shared) {
+    let workload = match workload::build(shape, dup, EngineHashes::Shared) {
         Ok(workload) => workload,
         Err(message) => {
             eprintln!("{message}");
