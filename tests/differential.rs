@@ -90,4 +90,11 @@ fn more_workers_than_slots_and_slots_handed_out_again() {
     ops.push(removed(5, &[4, 3]));
     ops.push(removed(6, &[4]));
     check_ops_on(1, &ops, &queries).unwrap_or_else(|e| panic!("bits then lists: {e}"));
+    // And the other way: the slotless worker holds blocks 1–2 only, so the walk merges lists
+    // there and narrows by bits from block 3 on.
+    let mut ops: Vec<Op> = (0..=64).map(|id| store(id, 1, 4)).collect();
+    ops.push(removed(64, &[4, 3]));
+    ops.push(removed(10, &[4]));
+    ops.push(removed(11, &[4, 3]));
+    check_ops_on(1, &ops, &queries).unwrap_or_else(|e| panic!("lists then bits: {e}"));
 }

@@ -1,20 +1,16 @@
 //! [`Holders`]: the workers holding a run, and [`HolderSets`], the lane's maker of them.
 //!
-//! Every version of a run carries its holders twice over: a sorted list (what the lane
-//! reasons with) and, when each holder has one of the lane's 64 slots, the same set as bits of
-//! those slots (what queries narrow with: one AND per run, however many workers share it; see
-//! [`WorkerSlots`]). A lane with more than 64 workers gives slots to the first 64 it sees; a
-//! run held by any other has no bits and queries merge its list instead.
-//!
-//! Most runs are held by one worker (its own branch) or by none (a bare path to other runs),
-//! so those lists are made once per worker and shared, a count bump, instead of allocated for
-//! every run version the lane publishes.
+//! A lane hands each of its first 64 workers a slot. A run's holders are then a 64-bit set of
+//! those slots whenever every holder has one: nothing to allocate, the lane tests and changes
+//! a holder with one bit operation, and queries narrow their matching workers with one AND per
+//! run however many workers share it (see [`WorkerSlots`] for who each bit stands for). Only a
+//! set with a slotless holder (a lane past 64 workers) is a sorted list, and queries merge it
+//! instead; lists of one worker are made once per worker and shared.
 //!
 //! A removed worker's slot is handed out again only after the lane's reclaimer lets go of it:
 //! by then no reader holds a version with the slot's old bit (see [`WorkerSlots`]).
 
 use std::collections::HashMap;
-use std::ops::Deref;
 
 use crate::event::Worker;
 use crate::index::worker_slots::{SLOTS, WorkerSlots};
@@ -24,46 +20,70 @@ use crate::sync::{Arc, Mutex, shared_slice};
 /// See the [module docs](self).
 #[derive(Clone)]
 pub(crate) struct Holders {
-    list: Arc<[Worker]>,
-    /// Bit `s`: the worker in slot `s` holds the run. Zero for a set with a holder that has
-    /// no slot (and for the empty set).
+    /// The holders, sorted, for a set with a slotless holder; `None` when `bits` says it all.
+    list: Option<Arc<[Worker]>>,
+    /// Bit `s`: the worker in slot `s` holds the run (0 with a list).
     bits: u64,
 }
 
+/// A run's holders as a query reads them.
+pub(crate) enum HolderView<'a> {
+    Bits(u64),
+    List(&'a [Worker]),
+}
+
 impl Holders {
-    /// `workers` (sorted) as a list without bits, as a set with a slotless holder is.
+    /// `workers` (sorted) as a list, as a set with a slotless holder is.
     #[cfg(any(test, loom))]
     pub(crate) fn listed(workers: &[Worker]) -> Self {
-        Self { list: shared_slice(workers), bits: 0 }
+        Self { list: Some(shared_slice(workers)), bits: 0 }
     }
 
-    /// The set as bits of the lane's slots, if every holder has one.
+    /// The set as bits or as a list.
     #[inline]
-    pub(crate) fn bits(&self) -> Option<u64> {
-        (self.bits != 0 || self.list.is_empty()).then_some(self.bits)
+    pub(crate) fn view(&self) -> HolderView<'_> {
+        match &self.list {
+            Some(list) => HolderView::List(list),
+            None => HolderView::Bits(self.bits),
+        }
     }
 
-    /// Heap bytes this set owns alone: none for the shared sets of one worker or none.
+    pub(crate) fn len(&self) -> usize {
+        self.list.as_ref().map_or(self.bits.count_ones() as usize, |list| list.len())
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether `worker`, whose slot is `slot` (if it has one), is a holder.
+    pub(crate) fn holds(&self, worker: Worker, slot: Option<u8>) -> bool {
+        match &self.list {
+            Some(list) => list.binary_search(&worker).is_ok(),
+            None => slot.is_some_and(|slot| self.bits & 1 << slot != 0),
+        }
+    }
+
+    /// Whether `worker`, whose slot is `slot`, is the only holder.
+    pub(crate) fn is_only(&self, worker: Worker, slot: Option<u8>) -> bool {
+        match &self.list {
+            Some(list) => **list == [worker],
+            None => slot.is_some_and(|slot| self.bits == 1 << slot),
+        }
+    }
+
+    /// Heap bytes this set owns alone: none for bits and for the shared lists of one worker.
     pub(crate) fn own_bytes(&self) -> usize {
-        match self.list.len() {
+        match self.list.as_ref().map_or(0, |list| list.len()) {
             0 | 1 => 0,
             len => 2 * size_of::<usize>() + len * size_of::<Worker>(),
         }
     }
 }
 
-impl Deref for Holders {
-    type Target = [Worker];
-
-    #[inline]
-    fn deref(&self) -> &[Worker] {
-        &self.list
-    }
-}
-
 /// See the [module docs](self).
 pub(crate) struct HolderSets {
-    nobody: Holders,
+    /// Lists of one slotless worker.
     solo: HashMap<Worker, Holders, ahash::RandomState>,
     slots: HashMap<Worker, u8, ahash::RandomState>,
     free: Vec<u8>,
@@ -77,7 +97,6 @@ pub(crate) struct HolderSets {
 impl Default for HolderSets {
     fn default() -> Self {
         Self {
-            nobody: Holders { list: shared_slice(&[]), bits: 0 },
             solo: HashMap::default(),
             slots: HashMap::default(),
             free: Vec::new(),
@@ -102,19 +121,24 @@ impl Drop for SlotRelease {
 
 impl HolderSets {
     /// No holder.
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn nobody(&self) -> Holders {
-        self.nobody.clone()
+        Holders { list: None, bits: 0 }
+    }
+
+    /// `worker`'s slot, if it has one.
+    #[inline]
+    pub(crate) fn slot_of(&self, worker: Worker) -> Option<u8> {
+        self.slots.get(&worker).copied()
     }
 
     /// `worker` alone.
     pub(crate) fn solo(&mut self, worker: Worker, names: &WorkerSlots) -> Holders {
-        if let Some(set) = self.solo.get(&worker) {
-            return set.clone();
+        if let Some(slot) = self.slot(worker, names) {
+            return Holders { list: None, bits: 1 << slot };
         }
-        let bits = self.slot(worker, names).map_or(0, |slot| 1 << slot);
-        let set = Holders { list: shared_slice(&[worker]), bits };
-        self.solo.insert(worker, set.clone());
-        set
+        let set = || Holders { list: Some(shared_slice(&[worker])), bits: 0 };
+        self.solo.entry(worker).or_insert_with(set).clone()
     }
 
     /// `holders` and `worker` (not one of them).
@@ -127,49 +151,59 @@ impl HolderSets {
         if holders.is_empty() {
             return self.solo(worker, names);
         }
-        let at = holders.binary_search(&worker).expect_err("not a holder yet");
-        let mut list = std::mem::take(&mut self.scratch);
-        list.clear();
-        list.extend_from_slice(&holders[..at]);
-        list.push(worker);
-        list.extend_from_slice(&holders[at..]);
-        let bits = match (holders.bits(), self.slot(worker, names)) {
-            (Some(bits), Some(slot)) => bits | 1 << slot,
-            _ => 0,
-        };
-        let set = Holders { list: shared_slice(&list), bits };
-        self.scratch = list;
-        set
+        if let (None, Some(slot)) = (&holders.list, self.slot(worker, names)) {
+            return Holders { list: None, bits: holders.bits | 1 << slot };
+        }
+        let mut list = self.listed(holders, names);
+        let at = list.binary_search(&worker).expect_err("not a holder yet");
+        list.insert(at, worker);
+        self.made(list)
     }
 
     /// `holders` without `worker` (one of them).
-    pub(crate) fn removing(&mut self, holders: &Holders, worker: Worker) -> Holders {
+    pub(crate) fn removing(
+        &mut self,
+        holders: &Holders,
+        worker: Worker,
+        names: &WorkerSlots,
+    ) -> Holders {
+        if let (None, Some(slot)) = (&holders.list, self.slot_of(worker)) {
+            return Holders { list: None, bits: holders.bits & !(1 << slot) };
+        }
+        let mut list = self.listed(holders, names);
+        list.retain(|&w| w != worker);
+        self.made(list)
+    }
+
+    /// `holders` as a sorted list, in the scratch buffer.
+    fn listed(&mut self, holders: &Holders, names: &WorkerSlots) -> Vec<Worker> {
         let mut list = std::mem::take(&mut self.scratch);
         list.clear();
-        list.extend(holders.iter().copied().filter(|&w| w != worker));
-        let set = match list[..] {
-            [] => self.nobody(),
-            [only] => match self.solo.get(&only) {
-                Some(set) => set.clone(),
-                None => Holders { list: shared_slice(&list), bits: self.bits_of(&list) },
-            },
-            _ => {
-                let bits = match (holders.bits(), self.slots.get(&worker)) {
-                    (Some(bits), Some(&slot)) => bits & !(1 << slot),
-                    // A holder had no slot: perhaps only `worker`.
-                    _ => self.bits_of(&list),
-                };
-                Holders { list: shared_slice(&list), bits }
+        match holders.view() {
+            HolderView::List(workers) => list.extend_from_slice(workers),
+            HolderView::Bits(bits) => {
+                let slots = (0..SLOTS as u32).filter(|&slot| bits & 1 << slot != 0);
+                list.extend(slots.map(|slot| names.worker(slot)));
+                list.sort_unstable();
             }
+        }
+        list
+    }
+
+    /// The set `list` (sorted) names: bits if every worker in it has a slot. Keeps `list` as
+    /// the scratch buffer.
+    fn made(&mut self, list: Vec<Worker>) -> Holders {
+        let slots = list.iter().map(|w| self.slot_of(*w).map(|slot| 1u64 << slot));
+        let set = match (slots.sum::<Option<u64>>(), &list[..]) {
+            (Some(bits), _) => Holders { list: None, bits },
+            (None, [only]) => {
+                let set = || Holders { list: Some(shared_slice(&[*only])), bits: 0 };
+                self.solo.entry(*only).or_insert_with(set).clone()
+            }
+            (None, _) => Holders { list: Some(shared_slice(&list)), bits: 0 },
         };
         self.scratch = list;
         set
-    }
-
-    /// `list` as bits, or 0 if a worker in it has no slot.
-    fn bits_of(&self, list: &[Worker]) -> u64 {
-        let slots = list.iter().map(|w| self.slots.get(w).map(|&slot| 1u64 << slot));
-        slots.sum::<Option<u64>>().unwrap_or(0)
     }
 
     /// `worker`'s slot, handing it a free one (named in `names`) if it has none yet.
@@ -193,11 +227,10 @@ impl HolderSets {
         Some(slot)
     }
 
-    /// Heap bytes of the shared sets (of one worker or none) and the maps.
+    /// Heap bytes of the shared lists of one worker and of the maps.
     pub(crate) fn bytes(&self) -> usize {
         let list = |len: usize| 2 * size_of::<usize>() + len * size_of::<Worker>();
-        list(0)
-            + self.solo.capacity() * (size_of::<(Worker, Holders)>() + 1)
+        self.solo.capacity() * (size_of::<(Worker, Holders)>() + 1)
             + self.solo.len() * list(1)
             + self.slots.capacity() * (size_of::<(Worker, u8)>() + 1)
     }
@@ -229,52 +262,58 @@ mod tests {
         Worker::new(id, 0)
     }
 
-    #[test]
-    fn one_or_no_holder_sets_are_shared_and_others_are_not() {
-        let names = WorkerSlots::default();
-        let (a, b) = (w(1), w(2));
-        let mut sets = HolderSets::default();
-        assert!(Arc::ptr_eq(&sets.nobody().list, &sets.nobody().list));
-        let solo = sets.solo(a, &names);
-        assert_eq!(*solo, [a]);
-        assert!(Arc::ptr_eq(&solo.list, &sets.solo(a, &names).list));
-        assert!(!Arc::ptr_eq(&solo.list, &sets.solo(b, &names).list));
-        let pair = sets.adding(&solo, b, &names);
-        assert_eq!(*pair, [a, b]);
-        assert!(!Arc::ptr_eq(&pair.list, &sets.adding(&solo, b, &names).list));
-        assert!(Arc::ptr_eq(&sets.removing(&pair, b).list, &solo.list));
-        let mut retired = Reclaimer::default();
-        sets.forget(a, &mut retired);
-        assert_eq!(*solo, [a], "a run's copy outlives the forgotten entry");
-        assert!(!Arc::ptr_eq(&solo.list, &sets.solo(a, &names).list));
+    /// The workers `set` names, sorted, and whether it is bits.
+    fn decode(set: &Holders, names: &WorkerSlots) -> (Vec<Worker>, bool) {
+        match set.view() {
+            HolderView::List(list) => (list.to_vec(), false),
+            HolderView::Bits(bits) => {
+                let mut workers: Vec<Worker> =
+                    (0..64).filter(|s| bits & (1 << s) != 0).map(|s| names.worker(s)).collect();
+                workers.sort_unstable();
+                (workers, true)
+            }
+        }
     }
 
-    /// Bits name exactly the listed workers while slots last; a set with a slotless holder has
-    /// none, and gets them back when that holder leaves it.
+    /// While slots last, sets are bits; a set with a slotless holder is a list (and becomes
+    /// bits again when that holder leaves). Membership, `is_only` and `len` agree with the
+    /// set either way.
     #[test]
-    fn bits_follow_the_list_and_slots_run_out_at_64() {
+    fn sets_are_bits_while_slots_last_and_lists_past_them() {
         let names = WorkerSlots::default();
         let mut sets = HolderSets::default();
-        let decode = |set: &Holders| -> Option<Vec<Worker>> {
-            let bits = set.bits()?;
-            let mut workers: Vec<Worker> =
-                (0..64).filter(|s| bits & (1 << s) != 0).map(|s| names.worker(s)).collect();
-            workers.sort_unstable();
-            Some(workers)
-        };
         let mut set = sets.nobody();
-        assert_eq!(decode(&set), Some(vec![]));
+        assert_eq!(decode(&set, &names), (vec![], true));
+        let check = |sets: &HolderSets, set: &Holders, expected: &[Worker]| {
+            assert_eq!(set.len(), expected.len());
+            for id in 0..72 {
+                let slot = sets.slot_of(w(id));
+                assert_eq!(set.holds(w(id), slot), expected.contains(&w(id)), "{id}");
+                assert_eq!(set.is_only(w(id), slot), expected == [w(id)], "{id}");
+            }
+        };
         for id in 0..70 {
             set = sets.adding(&set, w(id), &names);
-            let expected = (id < 64).then(|| (0..=id).map(w).collect::<Vec<_>>());
-            assert_eq!(decode(&set), expected, "after adding {id}");
+            let expected: Vec<Worker> = (0..=id).map(w).collect();
+            assert_eq!(decode(&set, &names), (expected.clone(), id < 64), "after adding {id}");
+            check(&sets, &set, &expected);
         }
         for id in (1..70).rev() {
-            set = sets.removing(&set, w(id));
-            let expected = (id <= 64).then(|| (0..id).map(w).collect::<Vec<_>>());
-            assert_eq!(decode(&set), expected, "after removing {id}");
+            set = sets.removing(&set, w(id), &names);
+            let expected: Vec<Worker> = (0..id).map(w).collect();
+            assert_eq!(decode(&set, &names), (expected.clone(), id <= 64), "after removing {id}");
+            check(&sets, &set, &expected);
         }
-        assert_eq!(decode(&sets.solo(w(65), &names)), None, "slots are all taken");
+        // A slotless worker alone: one shared list.
+        let solo = sets.solo(w(65), &names);
+        assert_eq!(decode(&solo, &names), (vec![w(65)], false));
+        let again = sets.solo(w(65), &names);
+        assert!(matches!((&solo.list, &again.list), (Some(a), Some(b)) if Arc::ptr_eq(a, b)));
+        assert_eq!(solo.own_bytes(), 0);
+        // Removing the slotless worker from a list leaves bits.
+        let pair = sets.adding(&solo, w(3), &names);
+        assert_eq!(decode(&pair, &names), (vec![w(3), w(65)], false));
+        assert_eq!(decode(&sets.removing(&pair, w(65), &names), &names), (vec![w(3)], true));
     }
 
     /// A forgotten worker's slot is handed out again only after the reclaimer lets it go.
@@ -287,7 +326,8 @@ mod tests {
         }
         let mut retired = Reclaimer::default();
         sets.forget(w(7), &mut retired);
-        assert_eq!(sets.solo(w(100), &names).bits(), None, "not before the readers allow");
+        let early = sets.solo(w(100), &names);
+        assert_eq!(decode(&early, &names), (vec![w(100)], false), "not before readers allow");
         let guard = pin();
         retired.seal(&guard);
         drop(guard);
@@ -301,7 +341,7 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_micros(100));
         }
         let set = sets.solo(w(101), &names);
-        assert_eq!(set.bits(), Some(1 << 7));
+        assert!(matches!(set.view(), HolderView::Bits(bits) if bits == 1 << 7));
         assert_eq!(names.worker(7), w(101));
     }
 }

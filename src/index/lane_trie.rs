@@ -256,7 +256,8 @@ impl LaneTrie {
 
     /// Whether `worker` holds `node`.
     pub(crate) fn holds(&self, node: NodeId, worker: Worker, guard: &Guard) -> bool {
-        self.state(self.nodes[node as usize].run, guard).holds(worker)
+        let slot = self.holder_sets.slot_of(worker);
+        self.state(self.nodes[node as usize].run, guard).members.holds(worker, slot)
     }
 
     /// The child of `at` (the root if `None`) with content `local`, if it exists.
@@ -376,7 +377,7 @@ impl LaneTrie {
         let state = self.state(run, guard);
         let have = state.locals.len();
         meta.children.is_empty()
-            && *state.members == [worker]
+            && state.members.is_only(worker, self.holder_sets.slot_of(worker))
             && (have + len <= COPY_APPEND_LIMIT || have <= 4 * len)
             && have + len <= self.limits.max_run_blocks
     }
@@ -462,7 +463,8 @@ impl LaneTrie {
             return;
         }
         // The isolated part keeps the run's holders.
-        let members = self.holder_sets.removing(&state.members, worker);
+        let names = self.table.table().names();
+        let members = self.holder_sets.removing(&state.members, worker, names);
         let run = self.isolate(run, first, last, g);
         self.set_members(run, members, g);
     }

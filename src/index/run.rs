@@ -18,9 +18,10 @@
 
 use crate::event::{LocalBlockHash, SequenceHash, Worker};
 use crate::hash::next_sequence_hash;
-use crate::index::holder_sets::Holders;
+use crate::index::holder_sets::{HolderView, Holders};
 use crate::index::locals::Locals;
 use crate::index::run_table::RunTable;
+use crate::index::worker_slots::{SLOTS, WorkerSlots};
 use crate::prefetch::prefetch_slice;
 use crate::sync::AtomicU32;
 use crate::sync::epoch::Guard;
@@ -70,12 +71,6 @@ pub(crate) struct RunState {
     /// (see [`Holders`]); shared like `locals` between versions that differ in content only
     /// (a split's two halves, a shortened run).
     pub(crate) members: Holders,
-}
-
-impl RunState {
-    pub(crate) fn holds(&self, worker: Worker) -> bool {
-        self.members.binary_search(&worker).is_ok()
-    }
 }
 
 /// How many leading entries of `query` equal `locals`.
@@ -133,6 +128,18 @@ fn keep_holders(active: &mut [(Worker, u32)], members: &[Worker], depth: u32) ->
     kept
 }
 
+/// [`keep_holders`] against a set of bits: the workers the lane's slots `bits` name.
+fn keep_named(active: &mut [(Worker, u32)], bits: u64, names: &WorkerSlots, depth: u32) -> usize {
+    let mut named = [Worker::default(); SLOTS];
+    let mut len = 0;
+    for slot in BitIter(bits) {
+        named[len] = names.worker(slot);
+        len += 1;
+    }
+    named[..len].sort_unstable();
+    keep_holders(active, &named[..len], depth)
+}
+
 /// Starts loading the slot where [`walk`] looks up `query`'s first run in `table`: called for
 /// every lane before walking any, so the lanes' first cache misses overlap.
 #[inline]
@@ -175,11 +182,10 @@ pub(crate) fn walk(
     let mut matching = Matching::Unknown;
     while let Some(run) = table.get(key, guard, |run| run.is_child(parent, local)) {
         let state = &run.state;
-        let members = &state.members;
-        let bits = members.bits();
-        if bits.is_none() {
+        let holders = state.members.view();
+        if let HolderView::List(list) = holders {
             // The holders are read after the hashes are compared: their lines load meanwhile.
-            prefetch_slice(members, 4);
+            prefetch_slice(list, 4);
         }
         // The next run's key if this one matches whole: known before its hashes are compared,
         // so the lookup's first cache miss overlaps the comparison's.
@@ -191,24 +197,29 @@ pub(crate) fn walk(
         let matched = common_prefix(&state.locals, &query[at..]);
         debug_assert!(matched > 0, "the run starts with the query's next block");
         let depth = at as u32;
-        matching = match (matching, bits) {
-            (Matching::Unknown, Some(bits)) => Matching::Bits(bits),
-            (Matching::Bits(before), Some(bits)) => {
+        matching = match (matching, holders) {
+            (Matching::Unknown, HolderView::Bits(bits)) => Matching::Bits(bits),
+            (Matching::Bits(before), HolderView::Bits(bits)) => {
                 out.extend(named(before & !bits, depth));
                 Matching::Bits(before & bits)
             }
-            (Matching::Unknown, None) => {
-                out.extend(members.iter().map(|&worker| (worker, 0)));
-                Matching::Listed(out.len() - members.len())
+            (Matching::Unknown, HolderView::List(list)) => {
+                out.extend(list.iter().map(|&worker| (worker, 0)));
+                Matching::Listed(out.len() - list.len())
             }
-            (Matching::Bits(before), None) => {
+            (Matching::Bits(before), HolderView::List(list)) => {
                 let start = out.len();
                 out.extend(named(before, 0));
                 out[start..].sort_unstable();
-                Matching::Listed(start + keep_holders(&mut out[start..], members, depth))
+                Matching::Listed(start + keep_holders(&mut out[start..], list, depth))
             }
-            (Matching::Listed(start), _) => {
-                Matching::Listed(start + keep_holders(&mut out[start..], members, depth))
+            (Matching::Listed(start), HolderView::List(list)) => {
+                Matching::Listed(start + keep_holders(&mut out[start..], list, depth))
+            }
+            (Matching::Listed(start), HolderView::Bits(bits)) => {
+                // Listed workers are kept if their slot's bit is set (a slotless one is not a
+                // holder of a set of bits).
+                Matching::Listed(start + keep_named(&mut out[start..], bits, names, depth))
             }
         };
         match matching {

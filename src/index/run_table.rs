@@ -324,7 +324,7 @@ mod tests {
 
     use super::*;
     use crate::event::Worker;
-    use crate::index::holder_sets::Holders;
+    use crate::index::holder_sets::{HolderView, Holders};
     use crate::index::locals::Locals;
     use crate::index::run::RunState;
     use crate::sync::epoch::Reclaimer;
@@ -369,7 +369,10 @@ mod tests {
                         if let Some(run) = table.get(key, &guard, any) {
                             let state = &run.state;
                             assert_eq!(&*state.locals, &[key, key + 1]);
-                            assert_eq!(state.members[0], Worker::new(key, 0));
+                            let holder = Worker::new(key, 0);
+                            assert!(
+                                matches!(state.members.view(), HolderView::List([w]) if *w == holder)
+                            );
                             found += 1;
                         }
                     }
@@ -442,7 +445,10 @@ mod tests {
                     let run = table.get(1, &guard, any).expect("always published");
                     let v = run.state.tail_seq;
                     assert_eq!(&*run.state.locals, &[1, v]);
-                    assert_eq!(run.state.members[0], Worker::new(v, 0));
+                    let holder = Worker::new(v, 0);
+                    assert!(
+                        matches!(run.state.members.view(), HolderView::List([w]) if *w == holder)
+                    );
                     assert!(v >= last, "versions go forward: {v} after {last}");
                     last = v;
                 }
