@@ -67,9 +67,9 @@ pub(crate) struct RunState {
     /// a split's tail keeps it (the children stay below that block), and a block that becomes
     /// a run's last gets a fresh one.
     pub(crate) tail_id: u64,
-    /// The workers holding every block of the run: sorted, and as bits of the lane's slots
-    /// (see [`Holders`]); shared like `locals` between versions that differ in content only
-    /// (a split's two halves, a shortened run).
+    /// The workers holding every block of the run: bits of the lane's slots, or a sorted list
+    /// (see [`Holders`]); a list is shared like `locals` between versions that differ in
+    /// content only (a split's two halves, a shortened run).
     pub(crate) members: Holders,
 }
 
