@@ -331,16 +331,21 @@ mod tests {
     use crate::sync::epoch::pin;
     use crate::sync::{AtomicBool, AtomicU32};
 
+    /// A run hanging from `parent_tail` with content `locals`, marked `tag` (its id, tail
+    /// sequence hash and tail id, and its one holder's id).
+    fn tagged_run(locals: &[u64], tag: u64, parent_tail: u64) -> Arc<Run> {
+        let state = RunState {
+            locals: Locals::new(locals),
+            tail_seq: tag,
+            tail_id: tag,
+            members: Holders::listed(&[Worker::new(tag, 0)]),
+        };
+        Arc::new(Run { id: AtomicU32::new(tag as u32), parent_tail, state })
+    }
+
     /// A run hanging from `parent_tail`, with content `[key, key + 1]`.
     fn run_below(key: u64, parent_tail: u64) -> Arc<Run> {
-        let state = RunState {
-            locals: Locals::new(&[key, key.wrapping_add(1)]),
-            tail_seq: key,
-            tail_id: key,
-            members: Holders::listed(&[Worker::new(key, 0)]),
-        };
-        let id = AtomicU32::new(key as u32);
-        Arc::new(Run { id, parent_tail, state })
+        tagged_run(&[key, key.wrapping_add(1)], key, parent_tail)
     }
 
     fn run(key: u64) -> Arc<Run> {
@@ -422,15 +427,7 @@ mod tests {
     #[test]
     fn replaced_versions_stay_whole_under_a_reader() {
         let versions: u64 = if cfg!(miri) { 40 } else { 4000 };
-        let version = |v: u64| {
-            let state = RunState {
-                locals: Locals::new(&[1, v]),
-                tail_seq: v,
-                tail_id: v,
-                members: Holders::listed(&[Worker::new(v, 0)]),
-            };
-            Arc::new(Run { id: AtomicU32::new(0), parent_tail: 0, state })
-        };
+        let version = |v: u64| tagged_run(&[1, v], v, 0);
         let mut table = RunTableWriter::new(Mixer::random());
         let mut retired = Reclaimer::default();
         let mut current = version(0);
