@@ -12,14 +12,13 @@
 //! cargo run --release -p kvroute-compare --bin find -- --shape documents --passes 9
 //! ```
 
-use std::hint::black_box;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kvroute::LocalBlockHash;
 use kvroute::sim::shapes::Shape;
 use kvroute_compare::kvroute_pool::KvroutePool;
-use kvroute_compare::latency::percentile;
+use kvroute_compare::latency::{percentile, time_prepared};
 use kvroute_compare::subject::Subject;
 use kvroute_compare::workload::{self, EngineHashes};
 
@@ -78,17 +77,6 @@ fn main() -> ExitCode {
         (percentile(&mut p50s, 50.0).unwrap_or(0), percentile(&mut p99s, 50.0).unwrap_or(0));
     println!("{}: median of {passes} passes: p50 {p50} ns  p99 {p99} ns", shape.name());
     ExitCode::SUCCESS
-}
-
-/// Nanoseconds of each call, timed as the comparison's `time_queries` times them, on queries
-/// prepared once (so a profile of the passes shows no query copies).
-fn time_prepared<S: Subject>(subject: &S, prepared: &[S::Query]) -> Vec<u64> {
-    let time = |query| {
-        let start = Instant::now();
-        drop(black_box(subject.find_matches(black_box(query))));
-        start.elapsed().as_nanos() as u64
-    };
-    prepared.iter().map(time).collect()
 }
 
 /// What the slowest 1% of one more pass's queries look like next to all of them: query length,
