@@ -98,3 +98,25 @@ fn more_workers_than_slots_and_slots_handed_out_again() {
     ops.push(removed(11, &[4, 3]));
     check_ops_on(1, &ops, &queries).unwrap_or_else(|e| panic!("lists then bits: {e}"));
 }
+
+/// Lanes are walked in turn, a load at a time: lanes past 64 workers (whose walks merge holder
+/// lists kept at the end of the answer) and lanes that narrow by bits, in one query, agree with
+/// the reference.
+#[test]
+fn lanes_walked_in_turn_by_lists_and_by_bits() {
+    use kvroute::{LocalBlockHash, RouterEvent, SequenceHash, StoredBlock, Worker};
+    let store = |id: u64, from: u64, to: u64| {
+        let blocks = (from..=to).map(|l| StoredBlock::new(l, l + 1000 * id)).collect();
+        let parent = (from > 1).then(|| SequenceHash(from - 1 + 1000 * id));
+        Op::Event(RouterEvent::stored(Worker::new(id, 0), 0, parent, blocks))
+    };
+    let chain = |to: u64| (1..=to).map(LocalBlockHash).collect::<Vec<_>>();
+    let queries = [chain(8), chain(6), chain(5), chain(3), chain(1)];
+    // Every worker holds the chain to its own depth, so runs split at every depth and the
+    // slotless workers of a lane make some of them lists; more lanes, fewer slotless workers.
+    for (lanes, workers) in [(2, 140), (2, 129), (4, 270), (4, 200)] {
+        let ops: Vec<Op> = (0..workers).map(|id| store(id, 1, 1 + id % 8)).collect();
+        check_ops_on(lanes, &ops, &queries)
+            .unwrap_or_else(|e| panic!("{lanes} lanes, {workers} workers: {e}"));
+    }
+}

@@ -10,9 +10,9 @@ use crate::index::lane::{IndexLane, LaneCounters, WorkerBudget};
 use crate::index::lane_trie::{LaneTrie, TrieLimits};
 use crate::index::restarts::{LaneRestart, RestartLog};
 use crate::index::routes::Routes;
-use crate::index::run::{prefetch_root, walk};
 use crate::index::run_table::{RunTable, RunTableWriter};
 use crate::index::spent::{HANDED_MAX, SpentList};
+use crate::index::walk::{prefetch_query, walk_lanes};
 use crate::index::{IndexSnapshot, OverlapScores, PoolConfigError};
 use crate::mix::Mixer;
 use crate::pool::{LaneDown, LaneMode, Lanes, TrySend};
@@ -264,26 +264,27 @@ impl EventPool {
 
     /// Per worker, the number of leading blocks of `query` it holds.
     pub fn find_matches(&self, query: &[LocalBlockHash]) -> OverlapScores {
+        // The query's lines load while the answer is allocated.
+        prefetch_query(query);
         // One allocation for most answers (a query that matches more than 64 workers grows it).
         let known = self.budget.known.load(Ordering::Relaxed);
         let mut scores = Vec::with_capacity(known.clamp(1, 64));
-        self.find_matches_into(query, &mut scores);
+        self.walk_into(query, &mut scores);
         OverlapScores::from_pairs(scores)
     }
 
     /// [`Self::find_matches`] into a reused buffer of `(worker, depth)` pairs (cleared first):
     /// the router's allocation-free path.
     pub(crate) fn find_matches_into(&self, query: &[LocalBlockHash], out: &mut Vec<(Worker, u32)>) {
+        prefetch_query(query);
         out.clear();
+        self.walk_into(query, out);
+    }
+
+    /// Appends the answer to `query` to `out`.
+    fn walk_into(&self, query: &[LocalBlockHash], out: &mut Vec<(Worker, u32)>) {
         let guard = epoch::pin();
-        if self.tables.len() > 1 {
-            for table in &self.tables {
-                prefetch_root(table, query, &guard);
-            }
-        }
-        for table in &self.tables {
-            walk(table, query, &guard, out);
-        }
+        walk_lanes(&self.tables, query, &guard, out);
     }
 
     /// Like [`Self::find_matches`], but as if the walk stopped once a single worker still

@@ -28,6 +28,7 @@ mod run_table;
 mod spent;
 mod tag_map;
 mod tiered;
+mod walk;
 mod worker_dump;
 mod worker_slots;
 

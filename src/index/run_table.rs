@@ -86,6 +86,55 @@ impl Slots {
     }
 }
 
+/// One lookup of a key in one slot array (see [`RunTable::lookup`]): the array stays the same
+/// for the whole probe sequence, so no slot is skipped or seen twice if the writer replaces it.
+pub(crate) struct Lookup<'a> {
+    slots: &'a Slots,
+    key: u64,
+    /// The next slot to read, and how many slots are left to read at most.
+    at: usize,
+    left: usize,
+}
+
+impl<'a> Lookup<'a> {
+    /// The next run under the key, its lines on their way in; `None` once the probe sequence
+    /// ends. Safe against concurrent writes: the lookup's guard keeps the run alive, and it
+    /// cannot outlive the borrow of the table either.
+    #[inline]
+    pub(crate) fn next_candidate(&mut self) -> Option<&'a Run> {
+        let mask = self.slots.mask();
+        while self.left > 0 {
+            let slot = &self.slots.slots[self.at];
+            self.at = (self.at + 1) & mask;
+            self.left -= 1;
+            let found = slot.key.load(Ordering::Acquire);
+            if found == EMPTY {
+                // An empty slot always ends it: the writer keeps at least a quarter empty.
+                self.left = 0;
+                return None;
+            }
+            // Another key's slot; an empty slot may already hold the pointer of another key
+            // being inserted there.
+            if found != self.key {
+                continue;
+            }
+            let run = slot.run.load(Ordering::Acquire);
+            // SAFETY: a non-null pointer was stored (with release, after the run was built) by
+            // `insert` or `replace` and owns a strong count. That count is released only
+            // through the writer's reclaimer after the pointer is unlinked from every array a
+            // reader can still load, so it outlives the guard the lookup borrows; or when the
+            // table drops, which it cannot while the lookup borrows it (`'a` is within both).
+            // A tombstone holds null.
+            let Some(run) = (unsafe { run.as_ref() }) else { continue };
+            // A run is read whole right after it is found (its identity, then its state and
+            // short hashes): its lines' misses overlap rather than follow one another.
+            prefetch_all(run);
+            return Some(run);
+        }
+        None
+    }
+}
+
 /// See the [module docs](self).
 pub(crate) struct RunTable {
     current: Published<Slots>,
@@ -253,17 +302,6 @@ impl RunTable {
         &self.names
     }
 
-    /// Starts loading the slot a lookup of `key` begins at, so that its cache miss overlaps
-    /// other work (a hint only: nothing is read or published).
-    #[inline]
-    pub(crate) fn prefetch(&self, key: u64, guard: &Guard) {
-        let slots = self.current.load(guard);
-        let home = self.mixer.mix(stored_key(key)) as usize & slots.mask();
-        if let Some(slot) = slots.slots.get(home) {
-            prefetch_line(slot);
-        }
-    }
-
     /// The first run keyed `key` that `wanted` accepts, if any. Safe against concurrent
     /// writes; `guard` keeps it alive, and it cannot outlive the borrow of the table either.
     pub(crate) fn get<'a>(
@@ -272,27 +310,20 @@ impl RunTable {
         guard: &'a Guard,
         wanted: impl Fn(&Run) -> bool,
     ) -> Option<&'a Run> {
+        let mut lookup = self.lookup(key, guard);
+        std::iter::from_fn(|| lookup.next_candidate()).find(|run| wanted(run))
+    }
+
+    /// A lookup of `key` in the current slots, which starts loading the slot it begins at: it
+    /// yields the runs under `key` one at a time ([`Lookup::next_candidate`]), so a caller can
+    /// do other work while each one's lines load.
+    #[inline]
+    pub(crate) fn lookup<'a>(&'a self, key: u64, guard: &'a Guard) -> Lookup<'a> {
+        let slots = self.current.load(guard);
         let key = stored_key(key);
-        for (slot, found) in self.current.load(guard).probe(key, self.mixer) {
-            // An empty slot may already hold the pointer of another key being inserted there.
-            if found != key {
-                continue;
-            }
-            let run = slot.run.load(Ordering::Acquire);
-            // SAFETY: a non-null pointer was stored (with release, after the run was built) by
-            // `insert` and owns a strong count. That count is released only through
-            // the writer's reclaimer after the pointer is unlinked from every array a reader can
-            // still load, so it outlives our pin; or when the table drops, which it cannot
-            // while we borrow it (`'a` is within both). A tombstone holds null.
-            let Some(run) = (unsafe { run.as_ref() }) else { continue };
-            // A run is read whole right after it is found (its identity, then its state and
-            // short hashes): its lines' misses overlap rather than follow one another.
-            prefetch_all(run);
-            if wanted(run) {
-                return Some(run);
-            }
-        }
-        None
+        let home = self.mixer.mix(key) as usize & slots.mask();
+        prefetch_line(&slots.slots[home]);
+        Lookup { slots, key, at: home, left: slots.slots.len() }
     }
 
     fn capacity(&self, guard: &Guard) -> usize {
