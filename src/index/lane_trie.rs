@@ -18,6 +18,7 @@
 use crate::event::{LocalBlockHash, SequenceHash, Worker};
 use crate::hash::next_sequence_hash;
 use crate::index::checkpoints::{SEQ_STRIDE, SeqCheckpoints};
+use crate::index::chunked::ChunkedVec;
 use crate::index::holder_sets::{HolderSets, Holders};
 use crate::index::locals::Locals;
 use crate::index::run::{ROOT_TAIL, Run, RunId, RunState};
@@ -79,9 +80,9 @@ struct RunMeta {
 /// See the [module docs](self).
 pub(crate) struct LaneTrie {
     table: RunTableWriter,
-    runs: Vec<Option<RunMeta>>,
+    runs: ChunkedVec<Option<RunMeta>>,
     free_runs: Vec<RunId>,
-    nodes: Vec<NodePos>,
+    nodes: ChunkedVec<NodePos>,
     free_nodes: Vec<NodeId>,
     /// Reused buffers: for [`Self::release`], for the sequence hashes of an appended branch,
     /// and for a run's content hashes with a branch appended.
@@ -107,9 +108,9 @@ impl LaneTrie {
     pub(crate) fn with_limits(table: RunTableWriter, limits: TrieLimits) -> Self {
         Self {
             table,
-            runs: Vec::new(),
+            runs: ChunkedVec::default(),
             free_runs: Vec::new(),
-            nodes: Vec::new(),
+            nodes: ChunkedVec::default(),
             free_nodes: Vec::new(),
             spots: Vec::new(),
             chain_seqs: Vec::new(),
@@ -159,9 +160,9 @@ impl LaneTrie {
         let guard = crate::sync::epoch::pin();
         self.table.clear(&guard, &mut self.retired);
         self.end_event(&guard);
-        self.runs = Vec::new();
+        self.runs = ChunkedVec::default();
         self.free_runs = Vec::new();
-        self.nodes = Vec::new();
+        self.nodes = ChunkedVec::default();
         self.free_nodes = Vec::new();
         self.holder_sets.forget_all(&mut self.retired);
         for buffer in [&mut self.chain_seqs, &mut self.joined] {
@@ -568,14 +569,7 @@ impl LaneTrie {
                 self.nodes[node as usize] = pos;
                 node
             }
-            None => {
-                if self.nodes.len() == self.nodes.capacity() {
-                    // Grow by a quarter: the arena is large and its slack is memory per node.
-                    self.nodes.reserve_exact(self.nodes.len() / 4 + 64);
-                }
-                self.nodes.push(pos);
-                (self.nodes.len() - 1) as NodeId
-            }
+            None => self.nodes.push(pos) as NodeId,
         }
     }
 
@@ -594,10 +588,7 @@ impl LaneTrie {
     ) -> RunId {
         let id = match self.free_runs.pop() {
             Some(id) => id,
-            None => {
-                self.runs.push(None);
-                (self.runs.len() - 1) as RunId
-            }
+            None => self.runs.push(None) as RunId,
         };
         for (offset, &node) in ids.iter().enumerate() {
             let pos = &mut self.nodes[node as usize];
@@ -649,15 +640,14 @@ impl LaneTrie {
     pub(crate) fn compact(&mut self) -> Vec<NodeId> {
         let mut node_map = vec![NodeId::MAX; self.nodes.len()];
         let mut run_map = vec![ROOT; self.runs.len()];
-        let mut runs: Vec<Option<RunMeta>> =
-            Vec::with_capacity(self.runs.len() - self.free_runs.len());
+        let mut runs: ChunkedVec<Option<RunMeta>> = ChunkedVec::default();
         for (old, meta) in self.runs.iter_mut().enumerate() {
             if let Some(meta) = meta.take() {
                 run_map[old] = runs.len() as RunId;
                 runs.push(Some(meta));
             }
         }
-        let mut nodes = Vec::with_capacity(self.nodes.len() - self.free_nodes.len());
+        let mut nodes = ChunkedVec::default();
         for (id, meta) in runs.iter_mut().enumerate() {
             let meta = meta.as_mut().expect("compacted runs are live");
             meta.run.id.store(id as RunId, Ordering::Relaxed);
@@ -697,9 +687,9 @@ impl LaneTrie {
             })
             .sum();
         runs + self.holder_sets.bytes()
-            + self.runs.capacity() * size_of::<Option<RunMeta>>()
+            + self.runs.bytes()
             + (self.free_runs.capacity() + self.free_nodes.capacity()) * 4
-            + self.nodes.capacity() * size_of::<NodePos>()
+            + self.nodes.bytes()
             + self.table.table().bytes(guard)
     }
 }

@@ -9,6 +9,7 @@
 //!   structure is checked against it.
 
 mod checkpoints;
+mod chunked;
 mod event_pool;
 pub(crate) mod handback;
 mod held_blocks;
