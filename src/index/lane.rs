@@ -472,12 +472,12 @@ impl IndexLane {
     /// Per worker: each engine hash it holds with our sequence hash of the block.
     pub(crate) fn snapshot(&self) -> Vec<(Worker, Vec<(SequenceHash, SequenceHash)>)> {
         let guard = epoch::pin();
+        let mut seqs = self.trie.seq_hashes(&guard);
         self.workers
             .iter()
             .map(|(&worker, held)| {
-                let seq = |node| self.trie.seq(node, &guard);
                 let blocks =
-                    held.iter(&self.trie).map(|(hash, node)| (SequenceHash(hash), seq(node)));
+                    held.iter(&self.trie).map(|(hash, node)| (SequenceHash(hash), seqs.seq(node)));
                 (worker, blocks.collect())
             })
             .collect()

@@ -15,9 +15,10 @@
 //! run's last carries a tail id drawn from a counter that never repeats, and a child run
 //! records its parent's.
 
+use std::collections::HashMap;
+
 use crate::event::{LocalBlockHash, SequenceHash, Worker};
 use crate::hash::next_sequence_hash;
-use crate::index::checkpoints::{SEQ_STRIDE, SeqCheckpoints};
 use crate::index::chunked::ChunkedVec;
 use crate::index::holder_sets::{HolderSets, Holders};
 use crate::index::locals::Locals;
@@ -73,8 +74,6 @@ struct RunMeta {
     children: Vec<RunId>,
     /// The node at each offset.
     ids: Vec<NodeId>,
-    /// Our sequence hash at offsets 0, `SEQ_STRIDE`, 2·`SEQ_STRIDE`, … (the first is the key).
-    seqs: SeqCheckpoints,
 }
 
 /// See the [module docs](self).
@@ -84,10 +83,9 @@ pub(crate) struct LaneTrie {
     free_runs: Vec<RunId>,
     nodes: ChunkedVec<NodePos>,
     free_nodes: Vec<NodeId>,
-    /// Reused buffers: for [`Self::release`], for the sequence hashes of an appended branch,
-    /// and for a run's content hashes with a branch appended.
+    /// Reused buffers: for [`Self::release`], and for a run's content hashes with a branch
+    /// appended.
     spots: Vec<(RunId, u32)>,
-    chain_seqs: Vec<u64>,
     joined: Vec<u64>,
     /// Makes the runs' holder sets (and hands out the lane's holder slots).
     holder_sets: HolderSets,
@@ -113,7 +111,6 @@ impl LaneTrie {
             nodes: ChunkedVec::default(),
             free_nodes: Vec::new(),
             spots: Vec::new(),
-            chain_seqs: Vec::new(),
             joined: Vec::new(),
             holder_sets: HolderSets::default(),
             retired: Reclaimer::default(),
@@ -165,16 +162,13 @@ impl LaneTrie {
         self.nodes = ChunkedVec::default();
         self.free_nodes = Vec::new();
         self.holder_sets.forget_all(&mut self.retired);
-        for buffer in [&mut self.chain_seqs, &mut self.joined] {
-            *buffer = Vec::new();
-        }
+        self.joined = Vec::new();
         self.spots = Vec::new();
     }
 
     /// Gives back the reused buffers an unusually large event grew.
     pub(crate) fn trim_buffers(&mut self) {
         shed(&mut self.spots);
-        shed(&mut self.chain_seqs);
         shed(&mut self.joined);
     }
 
@@ -216,21 +210,10 @@ impl LaneTrie {
         self.runs.len() - self.free_runs.len()
     }
 
-    /// Our sequence hash of `node`.
-    pub(crate) fn seq(&self, node: NodeId, guard: &Guard) -> SequenceHash {
-        let pos = self.nodes[node as usize];
-        SequenceHash(self.seq_at(pos.run, pos.offset as usize, guard))
-    }
-
-    /// Our sequence hash of the node at `offset` in `run`.
-    fn seq_at(&self, run: RunId, offset: usize, guard: &Guard) -> u64 {
-        let state = self.state(run, guard);
-        if offset + 1 == state.locals.len() {
-            return state.tail_seq;
-        }
-        let from = offset / SEQ_STRIDE * SEQ_STRIDE;
-        let start = self.meta(run).seqs.at(offset / SEQ_STRIDE);
-        chain(start, &state.locals[from + 1..=offset])
+    /// Our sequence hashes of nodes, for snapshots (nothing on the event or query path needs
+    /// them: runs are keyed by where they hang, see [`crate::index::run`]).
+    pub(crate) fn seq_hashes<'a>(&'a self, guard: &'a Guard) -> SeqHashes<'a> {
+        SeqHashes { trie: self, guard, runs: HashMap::new() }
     }
 
     /// The name (engine hash) `node`'s first holder gave it.
@@ -263,8 +246,8 @@ impl LaneTrie {
 
     /// The child of `at` (the root if `None`) with content `local`, if it exists.
     pub(crate) fn next(&self, at: Option<NodeId>, local: u64, guard: &Guard) -> Option<NodeId> {
-        let (parent_seq, parent_tail) = match at {
-            None => (None, ROOT_TAIL),
+        let parent_tail = match at {
+            None => ROOT_TAIL,
             Some(node) => {
                 let pos = self.nodes[node as usize];
                 let state = self.state(pos.run, guard);
@@ -273,11 +256,12 @@ impl LaneTrie {
                     let ids = &self.meta(pos.run).ids;
                     return (state.locals[offset] == local).then(|| ids[offset]);
                 }
-                (Some(SequenceHash(state.tail_seq)), state.tail_id)
+                state.tail_id
             }
         };
-        let key = next_sequence_hash(parent_seq, LocalBlockHash(local)).0;
-        let run = self.table.get(key, guard, |run| run.is_child(parent_tail, local))?;
+        let table = self.table.table();
+        let key = table.key(parent_tail, local);
+        let run = table.get(key, guard, |run| run.is_child(parent_tail, local))?;
         Some(self.meta(run.id.load(Ordering::Relaxed)).ids[0])
     }
 
@@ -315,14 +299,6 @@ impl LaneTrie {
         if locals.is_empty() {
             return;
         }
-        let mut seq = at.map(|node| self.seq(node, guard));
-        let mut seqs = std::mem::take(&mut self.chain_seqs);
-        seqs.clear();
-        seqs.extend(locals.iter().map(|&local| {
-            let next = next_sequence_hash(seq, LocalBlockHash(local));
-            seq = Some(next);
-            next.0
-        }));
         let parent = match at {
             None => ROOT,
             Some(node) => {
@@ -344,20 +320,17 @@ impl LaneTrie {
                 let pos = &mut self.nodes[node as usize];
                 (pos.run, pos.offset) = (parent, (offset + step) as u32);
             }
-            let tail_seq = *seqs.last().expect("non-empty");
             let members = state.members.clone();
             // A new last block: children of the old one (none yet) must not find it.
             let tail_id = self.fresh_tail();
             let meta = self.meta_mut(parent);
             meta.ids.extend_from_slice(ids);
-            meta.seqs.extend_at(offset, &seqs);
             let locals = Locals::new(&joined);
             self.joined = joined;
-            self.publish(parent, RunState { locals, tail_seq, tail_id, members }, guard);
+            self.publish(parent, RunState { locals, tail_id, members }, guard);
         } else {
             let state = RunState {
                 locals: Locals::new(locals),
-                tail_seq: *seqs.last().expect("non-empty"),
                 tail_id: self.fresh_tail(),
                 members: self.holder_sets.solo(worker, self.table.table().names()),
             };
@@ -365,11 +338,9 @@ impl LaneTrie {
                 ROOT => ROOT_TAIL,
                 parent => self.state(parent, guard).tail_id,
             };
-            let checkpoints = SeqCheckpoints::of_chain(&seqs);
             let ids = ids.to_vec();
-            self.add_run(parent, parent_tail, state, ids, checkpoints, Vec::new(), guard);
+            self.add_run(parent, parent_tail, state, ids, Vec::new(), guard);
         }
-        self.chain_seqs = seqs;
     }
 
     /// Whether a branch of `len` blocks held by `worker` alone is best appended to `run`.
@@ -483,28 +454,22 @@ impl LaneTrie {
     fn split(&mut self, run: RunId, offset: u32, guard: &Guard) -> RunId {
         let state = self.state(run, guard);
         let at = offset as usize;
-        let head_tail_seq = self.seq_at(run, at - 1, guard);
-        let tail_first = next_seq(head_tail_seq, state.locals[at]);
-        let seqs = SeqCheckpoints::chained(tail_first, &state.locals[at..], next_seq);
         let meta = self.meta_mut(run);
         let ids = meta.ids.split_off(at);
-        meta.seqs.truncate(at);
         shrink(&mut meta.ids);
         let children = std::mem::take(&mut meta.children);
         // The tail keeps the last block's tail id (the children stay below it); the head's
         // new last block gets a fresh one, which the tail hangs from.
         let tail = RunState {
             locals: state.locals.part(at..state.locals.len()),
-            tail_seq: state.tail_seq,
             tail_id: state.tail_id,
             members: state.members.clone(),
         };
         let head_tail = self.fresh_tail();
         // The tail is findable before the head stops covering it.
-        let new = self.add_run(run, head_tail, tail, ids, seqs, children, guard);
+        let new = self.add_run(run, head_tail, tail, ids, children, guard);
         let head = RunState {
             locals: state.locals.part(0..at),
-            tail_seq: head_tail_seq,
             tail_id: head_tail,
             members: state.members.clone(),
         };
@@ -516,14 +481,11 @@ impl LaneTrie {
     fn truncate(&mut self, run: RunId, len: u32, guard: &Guard) {
         let state = self.state(run, guard);
         let at = len as usize;
-        let tail_seq = self.seq_at(run, at - 1, guard);
         let meta = self.meta_mut(run);
         let dropped = meta.ids.split_off(at);
-        meta.seqs.truncate(at);
         shrink(&mut meta.ids);
         let head = RunState {
             locals: state.locals.part(0..at),
-            tail_seq,
             // A new last block (see `append`).
             tail_id: self.fresh_tail(),
             members: state.members.clone(),
@@ -536,16 +498,17 @@ impl LaneTrie {
     fn publish(&mut self, run: RunId, state: RunState, guard: &Guard) {
         let meta = self.runs[run as usize].as_mut().expect("live run");
         let current = &meta.run;
+        let key = self.table.table().key(current.parent_tail, current.first());
         let next =
             Arc::new(Run { id: AtomicU32::new(run), parent_tail: current.parent_tail, state });
-        self.table.replace(meta.seqs.key(), current, next.clone(), guard, &mut self.retired);
+        self.table.replace(key, current, next.clone(), guard, &mut self.retired);
         meta.run = next;
     }
 
     fn set_members(&mut self, run: RunId, members: Holders, guard: &Guard) {
         let state = self.state(run, guard);
-        let (locals, tail_seq, tail_id) = (state.locals.clone(), state.tail_seq, state.tail_id);
-        let next = RunState { locals, tail_seq, tail_id, members };
+        let (locals, tail_id) = (state.locals.clone(), state.tail_id);
+        let next = RunState { locals, tail_id, members };
         self.publish(run, next, guard);
     }
 
@@ -582,7 +545,6 @@ impl LaneTrie {
         parent_tail: u64,
         state: RunState,
         ids: Vec<NodeId>,
-        seqs: SeqCheckpoints,
         children: Vec<RunId>,
         guard: &Guard,
     ) -> RunId {
@@ -597,9 +559,10 @@ impl LaneTrie {
         for &child in &children {
             self.meta_mut(child).parent = id;
         }
+        let key = self.table.table().key(parent_tail, state.locals[0]);
         let run = Arc::new(Run { id: AtomicU32::new(id), parent_tail, state });
-        self.table.insert(seqs.key(), run.clone(), guard, &mut self.retired);
-        self.runs[id as usize] = Some(RunMeta { run, parent, children, ids, seqs });
+        self.table.insert(key, run.clone(), guard, &mut self.retired);
+        self.runs[id as usize] = Some(RunMeta { run, parent, children, ids });
         if parent != ROOT {
             self.meta_mut(parent).children.push(id);
         }
@@ -611,7 +574,8 @@ impl LaneTrie {
         loop {
             let meta = self.runs[run as usize].take().expect("live run");
             self.free_runs.push(run);
-            self.table.remove(meta.seqs.key(), &meta.run, guard, &mut self.retired);
+            let key = self.table.table().key(meta.run.parent_tail, meta.run.first());
+            self.table.remove(key, &meta.run, guard, &mut self.retired);
             self.free_nodes.extend_from_slice(&meta.ids);
             let parent = meta.parent;
             if parent == ROOT {
@@ -683,7 +647,6 @@ impl LaneTrie {
                     + state.members.own_bytes()
                     + meta.children.capacity() * 4
                     + meta.ids.capacity() * 4
-                    + meta.seqs.heap_bytes()
             })
             .sum();
         runs + self.holder_sets.bytes()
@@ -694,14 +657,44 @@ impl LaneTrie {
     }
 }
 
-/// Our sequence hash of the block with content `local` after the block hashed `parent`.
-fn next_seq(parent: u64, local: u64) -> u64 {
-    next_sequence_hash(Some(SequenceHash(parent)), LocalBlockHash(local)).0
+/// Our sequence hashes of a trie's nodes ([`LaneTrie::seq_hashes`]), computed from the roots
+/// down a run at a time and kept per run, so a snapshot hashes each block once.
+pub(crate) struct SeqHashes<'a> {
+    trie: &'a LaneTrie,
+    guard: &'a Guard,
+    runs: HashMap<RunId, Vec<u64>>,
 }
 
-/// The sequence hash after chaining `locals` onto `seq`.
-fn chain(seq: u64, locals: &[u64]) -> u64 {
-    locals.iter().fold(seq, |seq, &local| next_seq(seq, local))
+impl SeqHashes<'_> {
+    /// Our sequence hash of `node`.
+    pub(crate) fn seq(&mut self, node: NodeId) -> SequenceHash {
+        let pos = self.trie.nodes[node as usize];
+        self.hash_run(pos.run);
+        SequenceHash(self.runs[&pos.run][pos.offset as usize])
+    }
+
+    /// Hashes `run` and the ancestors not hashed yet, from the highest down.
+    fn hash_run(&mut self, run: RunId) {
+        let trie = self.trie;
+        let mut pending = Vec::new();
+        let mut up = run;
+        while up != ROOT && !self.runs.contains_key(&up) {
+            pending.push(up);
+            up = trie.meta(up).parent;
+        }
+        for run in pending.into_iter().rev() {
+            let parent = trie.meta(run).parent;
+            let mut seq = (parent != ROOT)
+                .then(|| SequenceHash(*self.runs[&parent].last().expect("non-empty")));
+            let seqs = trie.state(run, self.guard).locals.iter().map(|&local| {
+                let next = next_sequence_hash(seq, LocalBlockHash(local));
+                seq = Some(next);
+                next.0
+            });
+            let seqs = seqs.collect();
+            self.runs.insert(run, seqs);
+        }
+    }
 }
 
 /// Gives a reused buffer's allocation back if an unusually large event grew it past

@@ -102,12 +102,8 @@ impl LoomTable {
 
     /// A run with content `locals`.
     fn run(locals: &[u64]) -> Arc<Run> {
-        let state = RunState {
-            locals: Locals::new(locals),
-            tail_seq: 0,
-            tail_id: 0,
-            members: Holders::listed(&[]),
-        };
+        let state =
+            RunState { locals: Locals::new(locals), tail_id: 0, members: Holders::listed(&[]) };
         Arc::new(Run { id: AtomicU32::new(0), parent_tail: 0, state })
     }
 

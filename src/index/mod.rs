@@ -8,7 +8,6 @@
 //! - [`ReferenceIndex`] is the single-threaded oracle: short and obviously correct; every faster
 //!   structure is checked against it.
 
-mod checkpoints;
 mod chunked;
 mod event_pool;
 pub(crate) mod handback;

@@ -1,21 +1,24 @@
 //! [`Run`]: a chain of tree nodes that the same workers hold and that only branches at its end,
 //! the unit a lane's tree is made of (queries walk them: see [`crate::index::walk`]).
 //!
-//! A [`Run`] is one immutable version: its identity and its [`RunState`] (content hashes,
-//! the sequence hash of its last block, its holders) in one allocation, so a lookup reaches
-//! everything a walk compares in one step from the table's slot. The lane replaces a run's
-//! version whole in its slot, so a reader always sees a consistent run.
-//! Runs are found by key (our sequence hash of their first block) in the lane's
-//! [`RunTable`](crate::index::run_table::RunTable);
-//! the key of the run after a matched run follows from its last sequence hash and the query's
-//! next content hash, so a query hashes once per run, not once per block.
+//! A [`Run`] is one immutable version: its identity and its [`RunState`] (content hashes, the
+//! tail id of its last block, its holders) in one allocation, so a lookup reaches everything a
+//! walk compares in one step from the table's slot. The lane replaces a run's version whole in
+//! its slot, so a reader always sees a consistent run.
 //!
-//! A key only says where to look: anyone can make two runs' keys equal (a root's key is its
-//! content hash, which a sender picks freely, e.g. equal to another block's sequence hash).
 //! What identifies a run is where it hangs (the [`RunState::tail_id`] of its parent's last
-//! node, [`ROOT_TAIL`] for a root) and its first content hash, both fixed for the run's life,
-//! and every lookup checks them. Tail ids are drawn by the lane and never reused, so colliding
-//! keys cost a longer probe, never a wrong run.
+//! node, [`ROOT_TAIL`] for a root) and its first content hash, both fixed for the run's life.
+//! Tail ids are drawn by the lane and never reused. A run is found in the lane's
+//! [`RunTable`](crate::index::run_table::RunTable) under a key made of those two
+//! ([`RunTable::key`](crate::index::run_table::RunTable::key)): a walk that matched a run knows
+//! its tail id and the query's next content hash, so it finds the next run with one multiply
+//! and no hashing of the chain, and a lane storing blocks hashes nothing per block. Our
+//! sequence hashes, which a run's place stands for, are computed only for snapshots.
+//!
+//! A key only says where to look: the part a sender chooses (the content hash) is combined
+//! with a secret mix of the tail id, so keys cannot be aimed at each other in bulk, but any
+//! two may still be equal. Every lookup checks a run's identity, so colliding keys cost a
+//! longer probe, never a wrong run.
 
 use crate::index::holder_sets::Holders;
 use crate::index::locals::Locals;
@@ -56,8 +59,6 @@ impl Run {
 pub(crate) struct RunState {
     /// The content hash of each block: inline in a short run, else shared between versions.
     pub(crate) locals: Locals,
-    /// Our sequence hash of the last block.
-    pub(crate) tail_seq: u64,
     /// Identifies the last block as the parent of child runs (see the [module docs](self)):
     /// a split's tail keeps it (the children stay below that block), and a block that becomes
     /// a run's last gets a fresh one.

@@ -181,16 +181,6 @@ impl RunTableWriter {
         &self.0
     }
 
-    /// [`RunTable::get`], for the writer.
-    pub(crate) fn get<'a>(
-        &'a self,
-        key: u64,
-        guard: &'a Guard,
-        wanted: impl Fn(&Run) -> bool,
-    ) -> Option<&'a Run> {
-        self.0.get(key, guard, wanted)
-    }
-
     /// Publishes `run` under `key`.
     pub(crate) fn insert(
         &mut self,
@@ -296,6 +286,14 @@ impl RunTableWriter {
 }
 
 impl RunTable {
+    /// The key of the run that hangs from the node tailed `parent_tail` and starts with the
+    /// content hash `first` (see [`crate::index::run`]): the content hash, which a sender
+    /// picks, xored with a secret mix of the tail id, which the lane draws.
+    #[inline]
+    pub(crate) fn key(&self, parent_tail: u64, first: u64) -> u64 {
+        self.mixer.mix(parent_tail) ^ first
+    }
+
     /// Who the lane's holder bits stand for.
     #[inline]
     pub(crate) fn names(&self) -> &WorkerSlots {
@@ -362,12 +360,11 @@ mod tests {
     use crate::sync::epoch::pin;
     use crate::sync::{AtomicBool, AtomicU32};
 
-    /// A run hanging from `parent_tail` with content `locals`, marked `tag` (its id, tail
-    /// sequence hash and tail id, and its one holder's id).
+    /// A run hanging from `parent_tail` with content `locals`, marked `tag` (its id and tail
+    /// id, and its one holder's id).
     fn tagged_run(locals: &[u64], tag: u64, parent_tail: u64) -> Arc<Run> {
         let state = RunState {
             locals: Locals::new(locals),
-            tail_seq: tag,
             tail_id: tag,
             members: Holders::listed(&[Worker::new(tag, 0)]),
         };
@@ -423,7 +420,7 @@ mod tests {
             table.insert(key, runs[&key].clone(), &guard, &mut retired);
         }
         for key in 1..=keys {
-            assert!(table.get(key, &guard, any).is_some());
+            assert!(table.table().get(key, &guard, any).is_some());
         }
         let grown = table.table().bytes(&guard);
         drop(guard);
@@ -445,11 +442,15 @@ mod tests {
             table.table().bytes(&guard)
         );
         for key in 1..=keys {
-            assert_eq!(table.get(key, &guard, any).is_some(), key % 16 == 0 || key == 1, "{key}");
+            assert_eq!(
+                table.table().get(key, &guard, any).is_some(),
+                key % 16 == 0 || key == 1,
+                "{key}"
+            );
         }
         // Key 0 is stored as a stand-in.
         table.insert(0, run(0), &guard, &mut retired);
-        assert!(table.get(0, &guard, any).is_some());
+        assert!(table.table().get(0, &guard, any).is_some());
     }
 
     /// A lane replaces a run's version in its slot on every change: a reader sees one version
@@ -471,7 +472,7 @@ mod tests {
                 while !done.load(Ordering::Acquire) {
                     let guard = pin();
                     let run = table.get(1, &guard, any).expect("always published");
-                    let v = run.state.tail_seq;
+                    let v = run.state.tail_id;
                     assert_eq!(&*run.state.locals, &[1, v]);
                     let holder = Worker::new(v, 0);
                     assert!(
@@ -494,7 +495,7 @@ mod tests {
         done.store(true, Ordering::Release);
         reader.join().unwrap();
         let guard = pin();
-        assert_eq!(table.get(1, &guard, any).expect("published").state.tail_seq, versions);
+        assert_eq!(table.table().get(1, &guard, any).expect("published").state.tail_id, versions);
         assert_eq!(table.table().live.load(Ordering::Relaxed), 1);
     }
 
@@ -529,7 +530,7 @@ mod tests {
         for (at, entry) in live.into_iter().enumerate() {
             if at % 2 == 0 {
                 table.remove(entry.0, &entry.2, &guard, &mut retired);
-                assert!(table.get(entry.0, &guard, is(entry.0, entry.1)).is_none());
+                assert!(table.table().get(entry.0, &guard, is(entry.0, entry.1)).is_none());
             } else {
                 kept.push(entry);
             }
@@ -537,9 +538,9 @@ mod tests {
         check(&kept);
         while let Some((key, parent, run)) = kept.pop() {
             table.remove(key, &run, &guard, &mut retired);
-            assert!(table.get(key, &guard, is(key, parent)).is_none());
+            assert!(table.table().get(key, &guard, is(key, parent)).is_none());
             check(&kept);
         }
-        assert!(keys.iter().all(|&key| table.get(key, &guard, any).is_none()));
+        assert!(keys.iter().all(|&key| table.table().get(key, &guard, any).is_none()));
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! A walk is a chain of dependent loads: a run's table slot, then the run's version, then (for
 //! a run too long to keep its hashes inline) its hashes, then the next run's slot, whose key
-//! follows from this run's last sequence hash. One lane's chain cannot go faster than memory
+//! follows from this run's tail id. One lane's chain cannot go faster than memory
 //! answers, but the lanes' chains are independent: so the walks of several lanes advance in
 //! turn, one load stage each ([`LaneWalk::step`]), and each stage only asks for the lines of
 //! its next one before giving way. The misses of all the lanes are then in flight together,
@@ -15,8 +15,7 @@
 //! unset) at the first run that has none, and a lane that does finishes its walk before
 //! another lane adds to the answer. Either way a query allocates nothing beyond its answer.
 
-use crate::event::{LocalBlockHash, SequenceHash, Worker};
-use crate::hash::next_sequence_hash;
+use crate::event::{LocalBlockHash, Worker};
 use crate::index::holder_sets::HolderView;
 use crate::index::locals::Locals;
 use crate::index::run::{ROOT_TAIL, Run};
@@ -56,11 +55,10 @@ pub(crate) fn walk_lanes(
     out: &mut Vec<(Worker, u32)>,
 ) {
     let Some(&first) = query.first() else { return };
-    let root = next_sequence_hash(None, first).0;
     for group in tables.chunks(IN_TURN) {
         let mut walks: [Option<LaneWalk<'_>>; IN_TURN] = Default::default();
         for (walk, table) in walks.iter_mut().zip(group) {
-            *walk = Some(LaneWalk::new(table, root, first.0, guard));
+            *walk = Some(LaneWalk::new(table, first.0, guard));
         }
         let walks = &mut walks[..group.len()];
         let mut active = group.len();
@@ -127,12 +125,12 @@ struct LaneWalk<'a> {
 }
 
 impl<'a> LaneWalk<'a> {
-    /// A walk of `table` from the root run keyed `root` (the query's first content hash
-    /// `first`); its slot starts loading now.
-    fn new(table: &'a RunTable, root: u64, first: u64, guard: &'a Guard) -> Self {
+    /// A walk of `table` from the root run that starts with the query's first content hash
+    /// `first`; its slot starts loading now.
+    fn new(table: &'a RunTable, first: u64, guard: &'a Guard) -> Self {
         Self {
             names: table.names(),
-            lookup: table.lookup(root, guard),
+            lookup: table.lookup(table.key(ROOT_TAIL, first), guard),
             stage: Stage::Locate,
             next: None,
             parent: ROOT_TAIL,
@@ -191,8 +189,7 @@ impl<'a> LaneWalk<'a> {
                 // comparison's.
                 self.next = query
                     .get(self.at + state.locals.len())
-                    .map(|&local| next_sequence_hash(Some(SequenceHash(state.tail_seq)), local).0)
-                    .map(|key| self.table.lookup(key, guard));
+                    .map(|&local| self.table.lookup(self.table.key(state.tail_id, local.0), guard));
                 match &state.locals {
                     Locals::Shared { .. } => {
                         prefetch_slice(&state.locals, HASH_LINES);
@@ -371,6 +368,53 @@ impl Iterator for BitIter {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::index::holder_sets::Holders;
+    use crate::index::run::RunState;
+    use crate::index::run_table::RunTableWriter;
+    use crate::mix::Mixer;
+    use crate::sync::AtomicU32;
+    use crate::sync::epoch::{Reclaimer, pin};
+
+    /// Keys may collide (a sender picks content hashes; see `index::run`): a walk that meets
+    /// runs under its key that hang elsewhere, or start with other content (inline or in a
+    /// shared allocation), looks further and finds the right one.
+    #[test]
+    fn colliding_keys_are_passed_over_by_identity() {
+        let mut writer = RunTableWriter::new(Mixer::random());
+        let (mut retired, guard) = (Reclaimer::default(), pin());
+        let worker = Worker::new(7, 0);
+        let run = |parent_tail: u64, locals: &[u64], tail_id: u64| {
+            let members = Holders::listed(&[worker]);
+            let state = RunState { locals: Locals::new(locals), tail_id, members };
+            Arc::new(Run { id: AtomicU32::new(0), parent_tail, state })
+        };
+        let long: Vec<u64> = (12..40).collect();
+        let mut decoy = long.clone();
+        decoy[0] = 999;
+        let table = writer.table().clone();
+        let (root_key, child_key) = (table.key(ROOT_TAIL, 10), table.key(5, 12));
+        // Decoys first, so each is met before the run it shares a key with: a root-keyed run
+        // hanging below tail 99, and runs below tail 5 starting with other content.
+        for (key, decoy) in [
+            (root_key, run(99, &[10, 11], 6)),
+            (child_key, run(5, &decoy, 7)),
+            (child_key, run(5, &[998, 12], 8)),
+            (root_key, run(ROOT_TAIL, &long, 9)),
+            (child_key, run(6, &[12, 13], 10)),
+        ] {
+            writer.insert(key, decoy, &guard, &mut retired);
+        }
+        writer.insert(root_key, run(ROOT_TAIL, &[10, 11], 5), &guard, &mut retired);
+        writer.insert(child_key, run(5, &long, 11), &guard, &mut retired);
+        let query: Vec<LocalBlockHash> =
+            [10, 11].iter().chain(&long).map(|&l| LocalBlockHash(l)).collect();
+        let tables = [table];
+        for len in [1, 2, 3, 20, query.len()] {
+            let mut out = Vec::new();
+            walk_lanes(&tables, &query[..len], &guard, &mut out);
+            assert_eq!(out, [(worker, len as u32)], "a query of {len} blocks");
+        }
+    }
 
     #[test]
     fn keep_holders_keeps_the_members_sorted_at_the_end() {
