@@ -125,6 +125,12 @@ fn zero_or_absurd_sizes_are_typed_errors() {
             Some(PoolConfigError::BadMaxEventBlocks(max_event_blocks))
         );
     }
+    let heap = |lane_heap_reserve| {
+        EventPool::new(PoolConfig { lane_heap_reserve, ..PoolConfig::default() }).err()
+    };
+    let too_large = kvroute::index::MAX_LANE_HEAP_RESERVE + 1;
+    assert_eq!(heap(too_large), Some(PoolConfigError::HeapReserveTooLarge(too_large)));
+    assert_eq!(heap(0), None, "no reserve at all");
 
     let bad = PoolConfig { lanes: 0, ..PoolConfig::default() };
     let tiered = TieredIndex::new(PoolConfig::default(), bad.clone());

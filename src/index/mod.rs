@@ -38,7 +38,8 @@ pub use crate::pool::LaneMode;
 pub use crate::scores::OverlapScores;
 pub use event_pool::{EventPool, PoolConfig, PoolStats, SubmitError};
 pub use pool_config::{
-    MAX_EVENT_BLOCKS, MAX_LANE_BLOCKS, MAX_LANES, MAX_QUEUE_CAPACITY, PoolConfigError,
+    MAX_EVENT_BLOCKS, MAX_LANE_BLOCKS, MAX_LANE_HEAP_RESERVE, MAX_LANES, MAX_QUEUE_CAPACITY,
+    PoolConfigError,
 };
 pub use reference::ReferenceIndex;
 pub use restarts::LaneRestart;

@@ -25,6 +25,10 @@ pub const MAX_EVENT_BLOCKS: usize = 1 << 24;
 /// ([`ApplyError::IndexFull`](crate::ApplyError::IndexFull)) and the lane stays as it was.
 pub const MAX_LANE_BLOCKS: usize = 1 << 31;
 
+/// The most allocator room a lane may reserve when it starts (`lane_heap_reserve`): glibc's
+/// thread heaps hold at most 64 MiB each.
+pub const MAX_LANE_HEAP_RESERVE: usize = 64 << 20;
+
 /// Why a [`PoolConfig`] was rejected or its pool could not start. Nothing is left running.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -41,6 +45,8 @@ pub enum PoolConfigError {
     QueueTooLarge(usize),
     /// `max_event_blocks` is 0 or above [`MAX_EVENT_BLOCKS`].
     BadMaxEventBlocks(usize),
+    /// `lane_heap_reserve` is above [`MAX_LANE_HEAP_RESERVE`].
+    HeapReserveTooLarge(usize),
     /// The OS would not start a lane's thread.
     Spawn(SpawnError),
 }
@@ -58,6 +64,10 @@ impl fmt::Display for PoolConfigError {
             Self::BadMaxEventBlocks(n) => {
                 write!(f, "max_event_blocks must be 1 to {MAX_EVENT_BLOCKS}, not {n}")
             }
+            Self::HeapReserveTooLarge(n) => write!(
+                f,
+                "a lane heap reserve of {n} bytes is more than the {MAX_LANE_HEAP_RESERVE} allowed"
+            ),
             Self::Spawn(e) => e.fmt(f),
         }
     }
@@ -72,8 +82,8 @@ impl From<SpawnError> for PoolConfigError {
 }
 
 impl PoolConfig {
-    /// Checks the sizes: none may be zero, and lanes and queues may not exceed [`MAX_LANES`]
-    /// and [`MAX_QUEUE_CAPACITY`]. [`EventPool::new`](super::EventPool::new) does this first.
+    /// Checks the sizes: none may be zero, and lanes, queues and the heap reserve may not
+    /// exceed [`MAX_LANES`], [`MAX_QUEUE_CAPACITY`] and [`MAX_LANE_HEAP_RESERVE`]. [`EventPool::new`](super::EventPool::new) does this first.
     pub fn validate(&self) -> Result<(), PoolConfigError> {
         use PoolConfigError as E;
         match (self.lanes, self.queue_capacity, self.max_workers) {
@@ -84,6 +94,9 @@ impl PoolConfig {
             (_, queue, _) if queue > MAX_QUEUE_CAPACITY => Err(E::QueueTooLarge(queue)),
             _ if !(1..=MAX_EVENT_BLOCKS).contains(&self.max_event_blocks) => {
                 Err(E::BadMaxEventBlocks(self.max_event_blocks))
+            }
+            _ if self.lane_heap_reserve > MAX_LANE_HEAP_RESERVE => {
+                Err(E::HeapReserveTooLarge(self.lane_heap_reserve))
             }
             _ => Ok(()),
         }

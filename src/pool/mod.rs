@@ -8,6 +8,7 @@
 
 use std::fmt;
 
+pub(crate) mod heap_room;
 mod inline;
 mod lanes;
 mod mode;
