@@ -22,6 +22,7 @@ use crate::hash::next_sequence_hash;
 use crate::index::chunked::ChunkedVec;
 use crate::index::holder_sets::{HolderSets, Holders};
 use crate::index::locals::Locals;
+use crate::index::node_ids::NodeIds;
 use crate::index::run::{ROOT_TAIL, Run, RunId, RunState};
 use crate::index::run_table::RunTableWriter;
 use crate::sync::epoch::{Guard, Reclaimer};
@@ -73,7 +74,7 @@ struct RunMeta {
     parent: RunId,
     children: Vec<RunId>,
     /// The node at each offset.
-    ids: Vec<NodeId>,
+    ids: NodeIds,
 }
 
 /// See the [module docs](self).
@@ -233,9 +234,9 @@ impl LaneTrie {
         let pos = self.nodes[node as usize];
         let meta = self.meta(pos.run);
         if pos.offset > 0 {
-            return Some(meta.ids[pos.offset as usize - 1]);
+            return Some(meta.ids.get(pos.offset as usize - 1));
         }
-        (meta.parent != ROOT).then(|| *self.meta(meta.parent).ids.last().expect("non-empty run"))
+        (meta.parent != ROOT).then(|| self.meta(meta.parent).ids.last())
     }
 
     /// Whether `worker` holds `node`.
@@ -254,7 +255,7 @@ impl LaneTrie {
                 let offset = pos.offset as usize + 1;
                 if offset < state.locals.len() {
                     let ids = &self.meta(pos.run).ids;
-                    return (state.locals[offset] == local).then(|| ids[offset]);
+                    return (state.locals[offset] == local).then(|| ids.get(offset));
                 }
                 state.tail_id
             }
@@ -262,7 +263,7 @@ impl LaneTrie {
         let table = self.table.table();
         let key = table.key(parent_tail, local);
         let run = table.get(key, guard, |run| run.is_child(parent_tail, local))?;
-        Some(self.meta(run.id.load(Ordering::Relaxed)).ids[0])
+        Some(self.meta(run.id.load(Ordering::Relaxed)).ids.get(0))
     }
 
     /// Makes `worker` a holder of `path`: consecutive nodes of one branch (skipping ones it
@@ -324,7 +325,7 @@ impl LaneTrie {
             // A new last block: children of the old one (none yet) must not find it.
             let tail_id = self.fresh_tail();
             let meta = self.meta_mut(parent);
-            meta.ids.extend_from_slice(ids);
+            meta.ids.extend(ids);
             let locals = Locals::new(&joined);
             self.joined = joined;
             self.publish(parent, RunState { locals, tail_id, members }, guard);
@@ -338,7 +339,7 @@ impl LaneTrie {
                 ROOT => ROOT_TAIL,
                 parent => self.state(parent, guard).tail_id,
             };
-            let ids = ids.to_vec();
+            let ids = NodeIds::new(ids);
             self.add_run(parent, parent_tail, state, ids, Vec::new(), guard);
         }
     }
@@ -456,7 +457,7 @@ impl LaneTrie {
         let at = offset as usize;
         let meta = self.meta_mut(run);
         let ids = meta.ids.split_off(at);
-        shrink(&mut meta.ids);
+        meta.ids.shrink();
         let children = std::mem::take(&mut meta.children);
         // The tail keeps the last block's tail id (the children stay below it); the head's
         // new last block gets a fresh one, which the tail hangs from.
@@ -483,7 +484,7 @@ impl LaneTrie {
         let at = len as usize;
         let meta = self.meta_mut(run);
         let dropped = meta.ids.split_off(at);
-        shrink(&mut meta.ids);
+        meta.ids.shrink();
         let head = RunState {
             locals: state.locals.part(0..at),
             // A new last block (see `append`).
@@ -491,7 +492,7 @@ impl LaneTrie {
             members: state.members.clone(),
         };
         self.publish(run, head, guard);
-        self.free_nodes.extend(dropped);
+        self.free_nodes.extend(dropped.iter());
     }
 
     /// Replaces the state of `run` with a new version in its slot; the old one is retired.
@@ -544,7 +545,7 @@ impl LaneTrie {
         parent: RunId,
         parent_tail: u64,
         state: RunState,
-        ids: Vec<NodeId>,
+        ids: NodeIds,
         children: Vec<RunId>,
         guard: &Guard,
     ) -> RunId {
@@ -552,7 +553,7 @@ impl LaneTrie {
             Some(id) => id,
             None => self.runs.push(None) as RunId,
         };
-        for (offset, &node) in ids.iter().enumerate() {
+        for (offset, node) in ids.iter().enumerate() {
             let pos = &mut self.nodes[node as usize];
             (pos.run, pos.offset) = (id, offset as u32);
         }
@@ -576,7 +577,7 @@ impl LaneTrie {
             self.free_runs.push(run);
             let key = self.table.table().key(meta.run.parent_tail, meta.run.first());
             self.table.remove(key, &meta.run, guard, &mut self.retired);
-            self.free_nodes.extend_from_slice(&meta.ids);
+            self.free_nodes.extend(meta.ids.iter());
             let parent = meta.parent;
             if parent == ROOT {
                 return;
@@ -619,12 +620,14 @@ impl LaneTrie {
                 meta.parent = run_map[meta.parent as usize];
             }
             meta.children.iter_mut().for_each(|child| *child = run_map[*child as usize]);
-            for (offset, node) in meta.ids.iter_mut().enumerate() {
-                let name = self.nodes[*node as usize].name;
-                node_map[*node as usize] = nodes.len() as NodeId;
-                *node = nodes.len() as NodeId;
+            let first = nodes.len() as NodeId;
+            for (offset, node) in meta.ids.iter().enumerate() {
+                let name = self.nodes[node as usize].name;
+                node_map[node as usize] = nodes.len() as NodeId;
                 nodes.push(NodePos { run: id as RunId, offset: offset as u32, name });
             }
+            // Renumbered in order: every run's ids are a span now.
+            meta.ids = NodeIds::Span { first, len: meta.ids.len() as u32 };
         }
         self.runs = runs;
         self.nodes = nodes;
@@ -646,7 +649,7 @@ impl LaneTrie {
                     + state.locals.allocated()
                     + state.members.own_bytes()
                     + meta.children.capacity() * 4
-                    + meta.ids.capacity() * 4
+                    + meta.ids.heap_bytes()
             })
             .sum();
         runs + self.holder_sets.bytes()
@@ -702,12 +705,5 @@ impl SeqHashes<'_> {
 pub(crate) fn shed<T>(buffer: &mut Vec<T>) {
     if buffer.capacity() > BUFFER_KEEP {
         *buffer = Vec::new();
-    }
-}
-
-/// Gives back spare capacity once it is most of a vector.
-fn shrink<T>(vec: &mut Vec<T>) {
-    if vec.capacity() > 2 * vec.len() + 8 {
-        vec.shrink_to_fit();
     }
 }

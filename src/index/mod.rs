@@ -18,6 +18,7 @@ mod lane;
 pub(crate) use lane::INJECTED_PANIC;
 mod lane_trie;
 mod locals;
+mod node_ids;
 mod pool_config;
 mod probe_map;
 mod reference;
