@@ -333,10 +333,10 @@ impl TagMap {
     }
 
     /// Doubles the table (from none to one bucket). An entry in old bucket `b` belongs in new
-    /// bucket `b` or `b + n` in the same role (first or second, see [`buckets_of`]), and only
-    /// old bucket `b` fills those two: each old bucket splits in two with no displacement, and
-    /// its at most eight entries always fit. (The check below, and placing what fails it the
-    /// usual way, only guard that reasoning.)
+    /// bucket `b` or `b + n` in the same role (first or second, see [`buckets_of`]: the new
+    /// mask adds one bit to both), and only old bucket `b` fills those two: each old bucket
+    /// splits in two with no displacement, its at most eight entries written in order into the
+    /// two new buckets, with no search for a free slot.
     fn grow(&mut self) {
         let n = self.buckets.len();
         if n == 0 {
@@ -344,25 +344,25 @@ impl TagMap {
             return;
         }
         assert!(n < 1 << 31, "a worker map past 2^31 buckets");
-        let old = mem::replace(&mut self.buckets, vec![Bucket::EMPTY; 2 * n].into());
-        let mut misplaced = Vec::new();
-        for (at, slots) in old.iter().enumerate() {
-            for (&tag, &node) in slots.tags.iter().zip(&slots.nodes) {
+        let mut buckets = vec![Bucket::EMPTY; 2 * n];
+        let (old_mask, new_mask) = (n - 1, 2 * n - 1);
+        for (at, old) in self.buckets.iter().enumerate() {
+            let mut filled = [0; 2];
+            for (&tag, &node) in old.tags.iter().zip(&old.nodes) {
                 if tag == FREE {
                     continue;
                 }
-                let (first, second) = buckets_of(tag, 2 * n - 1);
-                let to = if buckets_of(tag, n - 1).0 == at { first } else { second };
-                if to & (n - 1) != at || !self.buckets[to].put(tag, node) {
-                    misplaced.push((tag, node));
-                }
+                let (first, second) = buckets_of(tag, new_mask);
+                let to = if first & old_mask == at { first } else { second };
+                debug_assert_eq!(to & old_mask, at, "an entry stays in its role");
+                let half = usize::from(to != at);
+                let bucket = &mut buckets[to];
+                bucket.tags[filled[half]] = tag;
+                bucket.nodes[filled[half]] = node;
+                filled[half] += 1;
             }
         }
-        for entry in misplaced {
-            if !self.place_or_spill(entry) {
-                self.len -= 1;
-            }
-        }
+        self.buckets = buckets.into();
     }
 
     /// [`Self::place`], spilling the entry left over if there is one; whether the table holds
