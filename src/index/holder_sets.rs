@@ -10,6 +10,7 @@
 //! A removed worker's slot is handed out again only after the lane's reclaimer lets go of it:
 //! by then no reader holds a version with the slot's old bit (see [`WorkerSlots`]).
 
+use std::cell::Cell;
 use std::collections::HashMap;
 
 use crate::event::Worker;
@@ -86,6 +87,9 @@ pub(crate) struct HolderSets {
     /// Lists of one slotless worker.
     solo: HashMap<Worker, Holders, ahash::RandomState>,
     slots: HashMap<Worker, u8, ahash::RandomState>,
+    /// The last worker whose slot was looked up, and its slot: an event's blocks all belong
+    /// to one worker, which asks for its slot at nearly every block.
+    last: Cell<Option<(Worker, u8)>>,
     free: Vec<u8>,
     /// Slots never handed out are `fresh..SLOTS`.
     fresh: u8,
@@ -99,6 +103,7 @@ impl Default for HolderSets {
         Self {
             solo: HashMap::default(),
             slots: HashMap::default(),
+            last: Cell::new(None),
             free: Vec::new(),
             fresh: 0,
             released: Arc::new(Mutex::new(Vec::new())),
@@ -129,7 +134,16 @@ impl HolderSets {
     /// `worker`'s slot, if it has one.
     #[inline]
     pub(crate) fn slot_of(&self, worker: Worker) -> Option<u8> {
-        self.slots.get(&worker).copied()
+        match self.last.get() {
+            Some((last, slot)) if last == worker => Some(slot),
+            _ => {
+                let slot = self.slots.get(&worker).copied();
+                if let Some(slot) = slot {
+                    self.last.set(Some((worker, slot)));
+                }
+                slot
+            }
+        }
     }
 
     /// `worker` alone.
@@ -208,7 +222,7 @@ impl HolderSets {
 
     /// `worker`'s slot, handing it a free one (named in `names`) if it has none yet.
     fn slot(&mut self, worker: Worker, names: &WorkerSlots) -> Option<u8> {
-        if let Some(&slot) = self.slots.get(&worker) {
+        if let Some(slot) = self.slot_of(worker) {
             return Some(slot);
         }
         if self.free.is_empty() {
@@ -239,6 +253,7 @@ impl HolderSets {
     /// their copy alive) and, once readers allow, its slot.
     pub(crate) fn forget(&mut self, worker: Worker, retired: &mut Reclaimer) {
         self.solo.remove(&worker);
+        self.last.set(None);
         if let Some(slot) = self.slots.remove(&worker) {
             retired.retire(Box::new(SlotRelease { slot, released: self.released.clone() }));
         }
