@@ -86,6 +86,12 @@ pub(crate) struct IndexLane {
     spent: Vec<SpentList>,
     spent_out: Arc<Handback<SpentList>>,
     applied: usize,
+    /// The tree's heap bytes as last counted, and the block operations applied since: counting
+    /// walks every run, so the lane recounts only once the tree may have changed by a
+    /// sixteenth (an idle lane used to recount after every batch; an inline lane, after every
+    /// event).
+    trie_bytes: usize,
+    ops_since_count: usize,
     /// Reused buffers of one event: existing nodes a `Stored` newly holds, node ids reserved for
     /// its new blocks, the engine hashes it gives existing nodes that are new to the worker,
     /// content hashes of new blocks, the last existing node of the chain, and the nodes a
@@ -118,6 +124,10 @@ impl Lane for IndexLane {
         self.trim();
         LaneCounters::bump(&self.counters.events, 1);
         LaneCounters::bump(&self.counters.block_ops, ops);
+        // A `Cleared` drops a whole worker with no block listed: recount.
+        let cleared = matches!(event.event.data, KvEventData::Cleared);
+        let ops = if cleared { usize::MAX } else { ops as usize };
+        self.ops_since_count = self.ops_since_count.saturating_add(ops);
         self.spent.extend(SpentList::of(event));
         self.applied += 1;
     }
@@ -174,6 +184,7 @@ impl Lane for IndexLane {
             *buffer = Vec::new();
         }
         (self.fresh, self.appended, self.last_existing) = (Vec::new(), Vec::new(), None);
+        self.ops_since_count = usize::MAX;
         self.publish_sizes();
         self.gone.extend(&cleared);
         let restart = LaneRestart { lane: self.lane, at: std::time::SystemTime::now(), cleared };
@@ -225,6 +236,8 @@ impl IndexLane {
             spent: Vec::new(),
             spent_out,
             applied: 0,
+            trie_bytes: 0,
+            ops_since_count: usize::MAX,
             path: Vec::new(),
             reserved: Vec::new(),
             fresh: Vec::new(),
@@ -449,6 +462,7 @@ impl IndexLane {
         }
         self.gone.extend(&doomed);
         self.trim();
+        self.ops_since_count = usize::MAX;
         self.publish_sizes();
         doomed
     }
@@ -503,11 +517,13 @@ impl IndexLane {
         events
     }
 
-    fn publish_sizes(&self) {
+    fn publish_sizes(&mut self) {
         let entries: usize = self.workers.values().map(HeldBlocks::len).sum();
-        let guard = epoch::pin();
-        let bytes =
-            self.workers.values().map(HeldBlocks::bytes).sum::<usize>() + self.trie.bytes(&guard);
+        if self.ops_since_count >= (self.trie.node_count() / 16).max(256) {
+            self.trie_bytes = self.trie.bytes(&epoch::pin());
+            self.ops_since_count = 0;
+        }
+        let bytes = self.workers.values().map(HeldBlocks::bytes).sum::<usize>() + self.trie_bytes;
         self.counters.entries.store(entries as u64, Ordering::Relaxed);
         self.counters.nodes.store(self.trie.node_count() as u64, Ordering::Relaxed);
         self.counters.runs.store(self.trie.run_count() as u64, Ordering::Relaxed);
