@@ -208,3 +208,28 @@ fn a_root_keyed_like_another_runs_block_does_not_shadow_it() {
     let reference_like: Vec<_> = pool.workers().unwrap();
     assert_eq!(reference_like, vec![a, b]);
 }
+
+/// A lane whose tree passes the size at which it reserves allocator room (16,384 blocks) goes on
+/// answering exactly, with no reserve, the default and the largest.
+#[test]
+fn lanes_past_the_heap_reserve_size_answer_exactly() {
+    let reserves =
+        [0, PoolConfig::default().lane_heap_reserve, kvroute::index::MAX_LANE_HEAP_RESERVE];
+    for lane_heap_reserve in reserves {
+        let config = PoolConfig { lanes: 1, lane_heap_reserve, ..PoolConfig::default() };
+        let pool = EventPool::new(config).expect("the pool starts");
+        // 40 chains of 500 blocks of their own: 20,000 blocks in the lane's tree.
+        let chain = |id: u64| (0..500).map(move |i| id * 10_000 + i);
+        for id in 0..40u64 {
+            let blocks = chain(id).map(|h| StoredBlock::new(h, h)).collect();
+            pool.apply_blocking(RouterEvent::stored(Worker::new(id, 0), 0, None, blocks)).unwrap();
+        }
+        pool.flush().unwrap();
+        assert_eq!(pool.stats().nodes, 20_000);
+        for id in [0, 17, 39] {
+            let query: Vec<LocalBlockHash> = chain(id).map(LocalBlockHash).collect();
+            let scores = pool.find_matches(&query);
+            assert_eq!(scores.sorted(), vec![(Worker::new(id, 0), 500)]);
+        }
+    }
+}

@@ -44,10 +44,11 @@ pub struct PoolConfig {
     /// thread that hands it over ([`LaneMode::Inline`]: no threads, deterministic, and an event
     /// is visible to queries as soon as `apply` returns).
     pub mode: LaneMode,
-    /// Bytes of allocator room each lane thread reserves when it starts (allocated and freed
-    /// once, so it holds no resident memory): with glibc, a lane filling its index then grows
-    /// its heap without a system call per page, up to this size (`pool/heap_room.rs`; the
-    /// `documents` comparison's ingest took about a sixth less time). Default: 16 MiB, at most
+    /// Bytes of allocator room each lane thread reserves once its tree passes 16,384 blocks
+    /// (allocated and freed once, so it holds no resident memory): with glibc, a lane filling
+    /// its index then grows its heap without a system call per page, up to this size
+    /// (`pool/heap_room.rs`; a fresh `documents` ingest took about a sixth less time). Small
+    /// indexes never pay for it. Default: 16 MiB, at most
     /// [`MAX_LANE_HEAP_RESERVE`](super::MAX_LANE_HEAP_RESERVE); 0 reserves nothing.
     pub lane_heap_reserve: usize,
 }
@@ -196,14 +197,14 @@ impl EventPool {
             let trie = LaneTrie::with_limits(table, limits);
             let counters = counters[lane].clone();
             let log = (lane, restarts.clone(), routes.clone());
-            IndexLane::new(log, mixer, trie, budget.clone(), counters, spent[lane].clone())
+            let mut lane =
+                IndexLane::new(log, mixer, trie, budget.clone(), counters, spent[lane].clone());
+            // Lanes of their own only: an inline lane allocates on its callers' threads.
+            if config.mode == LaneMode::Threads {
+                lane.reserve_heap_later(config.lane_heap_reserve);
+            }
+            lane
         })?;
-        if config.mode == LaneMode::Threads && config.lane_heap_reserve > 0 {
-            // On each lane's thread, and done before the first event (a lane that cannot run
-            // it is down, which its first call reports).
-            let bytes = config.lane_heap_reserve;
-            let _ = pool.run_on_all(move |_| crate::pool::heap_room::reserve(bytes));
-        }
         Ok(Self {
             tables,
             lanes: pool,

@@ -34,6 +34,10 @@ use crate::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering};
 /// little more than the processor does on its own (about 5% at `--dup 4` on the ingest tool).
 const PREFETCH_AHEAD: usize = 8;
 
+/// A lane reserves its allocator room (see [`IndexLane::reserve_heap_later`]) once its tree holds
+/// this many blocks (about a megabyte of index).
+const HEAP_RESERVE_AFTER: usize = 16_384;
+
 /// How many lines of an event's block list [`IndexLane::farther`] prefetches (32 stored blocks).
 const PAYLOAD_LINES: usize = 8;
 
@@ -92,6 +96,9 @@ pub(crate) struct IndexLane {
     /// event).
     trie_bytes: usize,
     ops_since_count: usize,
+    /// Allocator room still to reserve once the tree is large enough (see
+    /// [`Self::reserve_heap_later`]); 0 once done, or if none.
+    heap_reserve: usize,
     /// Reused buffers of one event: existing nodes a `Stored` newly holds, node ids reserved for
     /// its new blocks, the engine hashes it gives existing nodes that are new to the worker,
     /// content hashes of new blocks, the last existing node of the chain, and the nodes a
@@ -122,6 +129,9 @@ impl Lane for IndexLane {
             panic!("a panic injected by a test, after applying {event:?}");
         }
         self.trim();
+        if self.heap_reserve > 0 && self.trie.node_count() >= HEAP_RESERVE_AFTER {
+            crate::pool::heap_room::reserve(std::mem::take(&mut self.heap_reserve));
+        }
         LaneCounters::bump(&self.counters.events, 1);
         LaneCounters::bump(&self.counters.block_ops, ops);
         // A `Cleared` drops a whole worker with no block listed: recount.
@@ -238,6 +248,7 @@ impl IndexLane {
             applied: 0,
             trie_bytes: 0,
             ops_since_count: usize::MAX,
+            heap_reserve: 0,
             path: Vec::new(),
             reserved: Vec::new(),
             fresh: Vec::new(),
@@ -245,6 +256,14 @@ impl IndexLane {
             last_existing: None,
             nodes: Vec::new(),
         }
+    }
+
+    /// Reserves `bytes` of allocator room on the lane's thread once its tree passes
+    /// [`HEAP_RESERVE_AFTER`] blocks (see `pool/heap_room.rs`): a lane that fills a large index
+    /// then grows its heap without a system call per page, and small pools (tests, a lower
+    /// tier that sees a few events) never pay for it.
+    pub(crate) fn reserve_heap_later(&mut self, bytes: usize) {
+        self.heap_reserve = bytes;
     }
 
     /// Hands the applied events' block lists over for a producer to free.

@@ -1,4 +1,4 @@
-//! Allocator room a lane reserves on its own thread when it starts, before it fills memory.
+//! Allocator room a lane reserves on its own thread as it starts to fill memory.
 //!
 //! glibc gives each thread that allocates an arena of its own, and grows that arena's heap by
 //! exactly what an allocation is short of: in practice one page at a time, each a system call
@@ -7,7 +7,7 @@
 //! allocates: about 900 calls per lane in the `documents` comparison's ingest, a sixth of the
 //! lanes' time there. The heap keeps the room it has grown to once (freed memory at its top
 //! goes back to the kernel, its address range stays usable), so allocating and freeing
-//! `bytes` once, at the start, makes later growth up to that size free of system calls. The
+//! `bytes` once, early, makes later growth up to that size free of system calls. The
 //! freed pages are released, so the reservation costs no resident memory, and with
 //! allocators that do not grow a heap this way it is an allocation and a free.
 
