@@ -44,11 +44,11 @@ pub struct PoolConfig {
     /// thread that hands it over ([`LaneMode::Inline`]: no threads, deterministic, and an event
     /// is visible to queries as soon as `apply` returns).
     pub mode: LaneMode,
-    /// Bytes of allocator room each lane thread reserves once its tree passes 16,384 blocks
-    /// (allocated and freed once, so it holds no resident memory): with glibc, a lane filling
-    /// its index then grows its heap without a system call per page, up to this size
-    /// (`pool/heap_room.rs`; a fresh `documents` ingest took about a sixth less time). Small
-    /// indexes never pay for it. Default: 16 MiB, at most
+    /// The most allocator room a lane thread reserves at once. A lane reserves room (allocates
+    /// and frees it) when its tree passes 16,384 blocks and at each doubling after, for about
+    /// as much again as its tree: with glibc, it then grows its heap without a system call per
+    /// page (`pool/heap_room.rs`; a fresh `documents` ingest ran about a tenth faster). Small
+    /// indexes never reserve. Default: 16 MiB, at most
     /// [`MAX_LANE_HEAP_RESERVE`](super::MAX_LANE_HEAP_RESERVE); 0 reserves nothing.
     pub lane_heap_reserve: usize,
 }
@@ -201,7 +201,7 @@ impl EventPool {
                 IndexLane::new(log, mixer, trie, budget.clone(), counters, spent[lane].clone());
             // Lanes of their own only: an inline lane allocates on its callers' threads.
             if config.mode == LaneMode::Threads {
-                lane.reserve_heap_later(config.lane_heap_reserve);
+                lane.reserve_heap_as_it_grows(config.lane_heap_reserve);
             }
             lane
         })?;

@@ -25,8 +25,8 @@ pub const MAX_EVENT_BLOCKS: usize = 1 << 24;
 /// ([`ApplyError::IndexFull`](crate::ApplyError::IndexFull)) and the lane stays as it was.
 pub const MAX_LANE_BLOCKS: usize = 1 << 31;
 
-/// The most allocator room a lane may reserve when it starts (`lane_heap_reserve`): glibc's
-/// thread heaps hold at most 64 MiB each.
+/// The most allocator room a lane may reserve at once (`lane_heap_reserve`): glibc's thread
+/// heaps hold at most 64 MiB each.
 pub const MAX_LANE_HEAP_RESERVE: usize = 64 << 20;
 
 /// Why a [`PoolConfig`] was rejected or its pool could not start. Nothing is left running.
