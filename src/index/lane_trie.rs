@@ -499,7 +499,7 @@ impl LaneTrie {
     fn publish(&mut self, run: RunId, state: RunState, guard: &Guard) {
         let meta = self.runs[run as usize].as_mut().expect("live run");
         let current = &meta.run;
-        let key = self.table.table().key(current.parent_tail, current.first());
+        let key = self.table.table().key_of(current);
         let next =
             Arc::new(Run { id: AtomicU32::new(run), parent_tail: current.parent_tail, state });
         self.table.replace(key, current, next.clone(), guard, &mut self.retired);
@@ -560,8 +560,8 @@ impl LaneTrie {
         for &child in &children {
             self.meta_mut(child).parent = id;
         }
-        let key = self.table.table().key(parent_tail, state.locals[0]);
         let run = Arc::new(Run { id: AtomicU32::new(id), parent_tail, state });
+        let key = self.table.table().key_of(&run);
         self.table.insert(key, run.clone(), guard, &mut self.retired);
         self.runs[id as usize] = Some(RunMeta { run, parent, children, ids });
         if parent != ROOT {
@@ -575,7 +575,7 @@ impl LaneTrie {
         loop {
             let meta = self.runs[run as usize].take().expect("live run");
             self.free_runs.push(run);
-            let key = self.table.table().key(meta.run.parent_tail, meta.run.first());
+            let key = self.table.table().key_of(&meta.run);
             self.table.remove(key, &meta.run, guard, &mut self.retired);
             self.free_nodes.extend(meta.ids.iter());
             let parent = meta.parent;

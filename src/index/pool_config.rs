@@ -83,7 +83,8 @@ impl From<SpawnError> for PoolConfigError {
 
 impl PoolConfig {
     /// Checks the sizes: none may be zero, and lanes, queues and the heap reserve may not
-    /// exceed [`MAX_LANES`], [`MAX_QUEUE_CAPACITY`] and [`MAX_LANE_HEAP_RESERVE`]. [`EventPool::new`](super::EventPool::new) does this first.
+    /// exceed [`MAX_LANES`], [`MAX_QUEUE_CAPACITY`] and [`MAX_LANE_HEAP_RESERVE`].
+    /// [`EventPool::new`](super::EventPool::new) does this first.
     pub fn validate(&self) -> Result<(), PoolConfigError> {
         use PoolConfigError as E;
         match (self.lanes, self.queue_capacity, self.max_workers) {

@@ -294,6 +294,12 @@ impl RunTable {
         self.mixer.mix(parent_tail) ^ first
     }
 
+    /// The key `run` is stored under: [`Self::key`] of its identity, which its versions share.
+    #[inline]
+    pub(crate) fn key_of(&self, run: &Run) -> u64 {
+        self.key(run.parent_tail, run.first())
+    }
+
     /// Who the lane's holder bits stand for.
     #[inline]
     pub(crate) fn names(&self) -> &WorkerSlots {
