@@ -50,7 +50,7 @@ fn chain_block(depth: u64, branch_at: Option<u64>) -> u64 {
 }
 
 /// Stores and removals of long stretches of one chain and its branches, so runs are split,
-/// truncated and re-joined deep inside (past the sequence-hash checkpoints).
+/// truncated and re-joined deep inside (past the hashes a short run keeps inline).
 pub fn long_chain_op(ids: u64) -> impl Strategy<Value = Op> {
     let branch = prop::option::weighted(0.4, 0..CHAIN);
     prop_oneof![
