@@ -23,6 +23,10 @@ impl OverlapScores {
         Self { scores }
     }
 
+    pub(crate) fn as_slice(&self) -> &[(Worker, u32)] {
+        &self.scores
+    }
+
     pub(crate) fn into_pairs(self) -> Vec<(Worker, u32)> {
         self.scores
     }

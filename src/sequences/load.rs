@@ -38,79 +38,89 @@ pub struct PotentialLoad {
 /// Per worker, the prefix overlap a candidate has with the worker's KV cache (in blocks), as a
 /// small open-addressing table built once per query: `O(1)` per worker, where
 /// [`OverlapScores::get`] is a scan.
-pub(crate) struct OverlapTable {
+///
+/// Slots hold positions in the caller's scores, not the scores themselves: a table for up to 64
+/// scored workers is 128 bytes on the stack, where one of `(worker, depth)` pairs was 3 KiB to
+/// clear and move on every query (a fifth of a warm query's time).
+pub(crate) struct OverlapTable<'a> {
+    scores: &'a [(Worker, u32)],
     slots: Slots,
     mask: usize,
 }
 
-/// Entries kept inline: a table for up to 64 scored workers needs no allocation. Queries run
+/// Slots kept inline: enough for 64 scored workers at half load, with no allocation. Queries run
 /// beside writers that free into the same allocator arena, and an arena-locked `malloc` per
 /// query showed up in the query's tail latency.
 const INLINE: usize = 128;
 
-#[allow(clippy::large_enum_variant)] // Lives on the stack for one query; inline is the point.
+/// Per slot, 1 + the position of its entry in the scores, or 0 when free. Positions of an inline
+/// table are below `INLINE / 2`, so they fit a byte.
 enum Slots {
-    Inline([(Worker, u32); INLINE]),
-    Heap(Vec<(Worker, u32)>),
+    Inline([u8; INLINE]),
+    Heap(Vec<u32>),
 }
-
-/// A marker no real entry uses: overlaps of 0 are never stored.
-const EMPTY: (Worker, u32) = (Worker::new(0, 0), 0);
 
 fn mix(worker: Worker) -> usize {
     super::worker_hash(worker) as usize
 }
 
-impl OverlapTable {
-    /// The table of `scores` (workers with a zero overlap need no entry).
-    pub(crate) fn new(scores: &OverlapScores) -> Self {
+impl<'a> OverlapTable<'a> {
+    /// The table of `scores` (workers with a zero overlap need no entry; of a worker given
+    /// twice, the later depth counts).
+    pub(crate) fn new(scores: &'a OverlapScores) -> Self {
+        let scores = scores.as_slice();
         let capacity = (scores.len() * 2).next_power_of_two().max(2);
-        let slots = if capacity <= INLINE {
-            Slots::Inline([EMPTY; INLINE])
-        } else {
-            Slots::Heap(vec![EMPTY; capacity])
+        let mut table = Self {
+            scores,
+            slots: if capacity <= INLINE {
+                Slots::Inline([0; INLINE])
+            } else {
+                Slots::Heap(vec![0; capacity])
+            },
+            mask: capacity - 1,
         };
-        let mut table = Self { slots, mask: capacity - 1 };
-        for (worker, depth) in scores.iter().filter(|&(_, depth)| depth > 0) {
+        for (position, &(worker, depth)) in scores.iter().enumerate() {
+            if depth == 0 {
+                continue;
+            }
             let mut at = mix(worker) & table.mask;
             loop {
-                let slot = &mut table.slots_mut()[at];
-                if slot.1 == 0 || slot.0 == worker {
-                    *slot = (worker, depth);
-                    break;
+                match table.slot(at) {
+                    Some((key, _)) if key != worker => at = (at + 1) & table.mask,
+                    _ => break,
                 }
-                at = (at + 1) & table.mask;
+            }
+            match &mut table.slots {
+                // Below `INLINE / 2`: an inline table has at most that many scores.
+                Slots::Inline(slots) => slots[at] = position as u8 + 1,
+                Slots::Heap(slots) => {
+                    slots[at] = u32::try_from(position + 1).expect("fewer than 2^32 scores")
+                }
             }
         }
         table
     }
 
-    fn slots(&self) -> &[(Worker, u32)] {
-        match &self.slots {
-            Slots::Inline(slots) => slots,
-            Slots::Heap(slots) => slots,
-        }
-    }
-
-    fn slots_mut(&mut self) -> &mut [(Worker, u32)] {
-        match &mut self.slots {
-            Slots::Inline(slots) => slots,
-            Slots::Heap(slots) => slots,
-        }
+    /// The entry in slot `at`, if any.
+    #[inline]
+    fn slot(&self, at: usize) -> Option<(Worker, u32)> {
+        let position = match &self.slots {
+            Slots::Inline(slots) => slots[at] as usize,
+            Slots::Heap(slots) => slots[at] as usize,
+        };
+        position.checked_sub(1).map(|position| self.scores[position])
     }
 
     /// The overlap of `worker`, 0 if absent.
+    #[inline]
     pub(crate) fn get(&self, worker: Worker) -> u32 {
         let mut at = mix(worker) & self.mask;
         loop {
-            let (key, depth) = self.slots()[at];
-            if depth == 0 {
-                return 0;
+            match self.slot(at) {
+                None => return 0,
+                Some((key, depth)) if key == worker => return depth,
+                Some(_) => at = (at + 1) & self.mask,
             }
-            if key == worker {
-                return depth;
-            }
-            at = (at + 1) & self.mask;
         }
     }
 }
@@ -133,10 +143,24 @@ mod tests {
     }
 
     #[test]
+    fn a_worker_given_twice_counts_its_later_depth() {
+        let scores = OverlapScores::from_pairs(vec![
+            (Worker::new(1, 0), 3),
+            (Worker::new(2, 0), 4),
+            (Worker::new(1, 0), 7),
+        ]);
+        let table = OverlapTable::new(&scores);
+        assert_eq!(table.get(Worker::new(1, 0)), 7);
+        assert_eq!(table.get(Worker::new(2, 0)), 4);
+        assert_eq!(table.get(Worker::new(1, 1)), 0);
+    }
+
+    #[test]
     fn a_table_too_big_to_keep_inline_works_the_same() {
         let pairs: Vec<(Worker, u32)> =
             (0..300).map(|i| (Worker::new(i, 1), i as u32 + 1)).collect();
-        let table = OverlapTable::new(&OverlapScores::from_pairs(pairs.clone()));
+        let scores = OverlapScores::from_pairs(pairs.clone());
+        let table = OverlapTable::new(&scores);
         assert!(matches!(table.slots, Slots::Heap(_)));
         for &(worker, depth) in &pairs {
             assert_eq!(table.get(worker), depth);
