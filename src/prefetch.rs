@@ -33,6 +33,18 @@ pub(crate) fn prefetch_slice<T>(items: &[T], max_lines: usize) {
     }
 }
 
+/// Starts loading the lines of the `bytes` bytes at `address`, which need not be valid: a
+/// prefetch of any address is harmless (for hints kept as plain numbers).
+#[inline]
+pub(crate) fn prefetch_span(address: usize, bytes: usize) {
+    const LINE: usize = 64;
+    let start = std::ptr::without_provenance::<u8>(address - address % LINE);
+    let bytes = (address % LINE).saturating_add(bytes);
+    for offset in (0..bytes).step_by(LINE) {
+        prefetch_address(start.wrapping_byte_add(offset));
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 #[inline]
 fn prefetch_address(address: *const u8) {
@@ -62,6 +74,9 @@ mod tests {
         prefetch_all(&[0u64; 40]);
         prefetch_slice(&items, 4);
         prefetch_slice(&items[..0], 4);
+        prefetch_span(items.as_ptr() as usize + 3, 200);
+        prefetch_span(usize::MAX - 10, 100);
+        prefetch_span(0, 0);
         assert_eq!(items, (0..100).collect::<Vec<u64>>());
     }
 }

@@ -4,19 +4,50 @@
 //! One table per trie instead of one map per node: where a candidate's next child sits is a
 //! function of the parent and the candidate's block alone, so a query finds it in one cache
 //! line (a slot holds the whole key and the child) and can start loading that line as soon as
-//! it knows the parent, before it has read the parent itself. Linear probing, power-of-two
-//! capacity, at most three quarters full, deletion by backward shift (no tombstones).
+//! it knows the parent, before it has read the parent itself. A link also says where the
+//! child's edge lies ([`EdgeHint`]), so the walk loads the child and its edge at once instead of
+//! one after the other. Linear probing, power-of-two capacity, at most three quarters full,
+//! deletion by backward shift (no tombstones).
 
 use super::trie::NodeId;
 use crate::event::SequenceHash;
 use crate::prefetch::prefetch_line;
 
-/// One link; `child == 0` (the root, never a child) marks a free slot.
+/// Where a child's edge lies: its address and length when it was linked. Only ever prefetched,
+/// never read through, so a stale hint would cost a wasted load and nothing else; the trie
+/// relinks a node whenever its edge changes, and its consistency check compares every hint with
+/// the edge.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct EdgeHint {
+    address: usize,
+    len: usize,
+}
+
+impl EdgeHint {
+    /// The hint for `edge`.
+    pub(crate) fn of(edge: &[SequenceHash]) -> Self {
+        Self { address: edge.as_ptr() as usize, len: edge.len() }
+    }
+
+    /// The edge's length.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Starts loading the edge's first `len` hashes (at most).
+    pub(crate) fn prefetch(&self, len: usize) {
+        let bytes = self.len.min(len) * std::mem::size_of::<SequenceHash>();
+        crate::prefetch::prefetch_span(self.address, bytes);
+    }
+}
+
+/// One link (32 bytes, two to a line); `child == 0` (the root, never a child) marks a free slot.
 #[derive(Clone, Copy, Debug, Default)]
 struct Link {
     first: SequenceHash,
     parent: NodeId,
     child: NodeId,
+    edge: EdgeHint,
 }
 
 impl Link {
@@ -84,6 +115,16 @@ impl ChildTable {
         self.find(parent, first).map(|at| self.slots[at].child)
     }
 
+    /// [`Self::get`], with where the child's edge lies.
+    #[inline]
+    pub(crate) fn get_with_edge(
+        &self,
+        parent: NodeId,
+        first: SequenceHash,
+    ) -> Option<(NodeId, EdgeHint)> {
+        self.find(parent, first).map(|at| (self.slots[at].child, self.slots[at].edge))
+    }
+
     /// Starts loading the line where [`Self::get`] of the key looks first.
     #[inline]
     pub(crate) fn prefetch(&self, parent: NodeId, first: SequenceHash) {
@@ -92,22 +133,25 @@ impl ChildTable {
         }
     }
 
-    /// Links `child` under `parent` by `first`, replacing any child linked by the same key;
-    /// returns the replaced child.
+    /// Links `child`, whose edge is at `edge`, under `parent` by `first`, replacing any child
+    /// linked by the same key; returns the replaced child.
     pub(crate) fn insert(
         &mut self,
         parent: NodeId,
         first: SequenceHash,
         child: NodeId,
+        edge: EdgeHint,
     ) -> Option<NodeId> {
         debug_assert_ne!(child, 0, "the root is never a child");
         if let Some(at) = self.find(parent, first) {
-            return Some(std::mem::replace(&mut self.slots[at].child, child));
+            let link = &mut self.slots[at];
+            link.edge = edge;
+            return Some(std::mem::replace(&mut link.child, child));
         }
         if (self.len + 1) * 4 > self.slots.len() * 3 {
             self.grow();
         }
-        self.place(Link { first, parent, child });
+        self.place(Link { first, parent, child, edge });
         self.len += 1;
         None
     }
@@ -162,10 +206,12 @@ impl ChildTable {
         self.len
     }
 
-    /// Every `(parent, first, child)` (for tests and consistency checks).
+    /// Every `(parent, first, child, edge)` (for tests and consistency checks).
     #[cfg(all(test, not(loom)))]
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (NodeId, SequenceHash, NodeId)> + '_ {
-        self.slots.iter().filter(|l| !l.is_free()).map(|l| (l.parent, l.first, l.child))
+    pub(crate) fn iter(
+        &self,
+    ) -> impl Iterator<Item = (NodeId, SequenceHash, NodeId, EdgeHint)> + '_ {
+        self.slots.iter().filter(|l| !l.is_free()).map(|l| (l.parent, l.first, l.child, l.edge))
     }
 }
 
@@ -189,7 +235,10 @@ mod tests {
             let key = SequenceHash(first);
             if state >> 63 == 0 {
                 let child = step + 1;
-                assert_eq!(table.insert(parent, key, child), model.insert((parent, first), child));
+                let edge = EdgeHint { address: step as usize, len: 1 };
+                let replaced = table.insert(parent, key, child, edge);
+                assert_eq!(replaced, model.insert((parent, first), child));
+                assert_eq!(table.get_with_edge(parent, key), Some((child, edge)));
             } else {
                 assert_eq!(table.remove(parent, key), model.remove(&(parent, first)));
             }

@@ -323,6 +323,13 @@ impl Inner {
         overlaps: &OverlapScores,
         out: &mut Vec<PotentialLoad>,
     ) {
+        // A query that finds the shards out of cache would take their locks one miss after
+        // another (each lock is a read-modify-write the processor waits for): ask for every
+        // shard's lock and header lines first, then do the work that needs none of them.
+        for shard in self.shards.iter() {
+            crate::prefetch::prefetch_all(shard);
+        }
+        crate::prefetch::prefetch_slice(candidate, 16);
         out.clear();
         out.reserve(self.workers.load(Ordering::Relaxed));
         let table = OverlapTable::new(overlaps);

@@ -19,7 +19,7 @@
 //! Nodes with no request are removed at once, and a node whose only child has the same owners is
 //! merged into it, so the trie stays compressed however requests come and go.
 
-use super::children::ChildTable;
+use super::children::{ChildTable, EdgeHint};
 use super::owners::{Owners, Slot};
 use crate::event::SequenceHash;
 use crate::prefetch::prefetch_line;
@@ -46,9 +46,6 @@ struct Node {
 
 /// Tries walked in step by [`BlockTrie::visit_depths_together`] (at most; more go in groups).
 const TOGETHER: usize = 8;
-
-/// Hashes per cache line.
-const LINE_HASHES: usize = 64 / std::mem::size_of::<SequenceHash>();
 
 /// Where one walk of [`BlockTrie::visit_depths_together`] stands: at `node`, `pos` candidate
 /// blocks matched; `next` is the child being loaded.
@@ -131,9 +128,15 @@ impl BlockTrie {
         self.children.get(node, first)
     }
 
+    /// Where `id`'s edge lies, for its link. Every change to a node's edge is followed by a
+    /// link or relink of the node, which refreshes the hint.
+    fn edge_hint(&self, id: NodeId) -> EdgeHint {
+        EdgeHint::of(&self.node(id).edge)
+    }
+
     /// Links a new child under `parent`.
     fn link(&mut self, parent: NodeId, first: SequenceHash, child: NodeId) {
-        let replaced = self.children.insert(parent, first, child);
+        let replaced = self.children.insert(parent, first, child, self.edge_hint(child));
         debug_assert_eq!(replaced, None);
         let node = self.node_mut(parent);
         node.children += 1;
@@ -142,7 +145,7 @@ impl BlockTrie {
 
     /// Puts `new` in the place of `old`, the child of `parent` by `first`.
     fn relink(&mut self, parent: NodeId, first: SequenceHash, old: NodeId, new: NodeId) {
-        let replaced = self.children.insert(parent, first, new);
+        let replaced = self.children.insert(parent, first, new, self.edge_hint(new));
         debug_assert_eq!(replaced, Some(old));
         self.node_mut(parent).children_xor ^= old ^ new;
     }
@@ -296,10 +299,11 @@ impl BlockTrie {
 
     /// [`Self::visit_depths`] over several tries at once (`None`s are skipped), calling
     /// `visit(trie, slot, depth)`. The walks advance one node per round, each round in three
-    /// passes (find every walk's next node, load every next node's edge and owners, match
-    /// them), with a prefetch at each step: one walk's cache misses are a chain, but the
-    /// walks' chains are independent, so issued together they overlap. A query that finds the
-    /// tries out of cache waits for the longest chain instead of their sum.
+    /// passes: find every walk's next node and start loading it, its edge (where its link
+    /// says) and the link after it; start loading the next nodes' owners; match. One walk's
+    /// cache misses are a chain (a link, then the node and its edge together), but the walks'
+    /// chains are independent, so issued together they overlap. A query that finds the tries
+    /// out of cache waits for the longest chain instead of their sum.
     pub(crate) fn visit_depths_together(
         tries: &[Option<&BlockTrie>],
         candidate: &[SequenceHash],
@@ -326,26 +330,21 @@ impl BlockTrie {
             while live != 0 {
                 for (at, trie) in walks(live) {
                     let cursor = &mut cursors[at];
-                    match trie.child(cursor.node, candidate[cursor.pos]) {
-                        Some(child) => {
+                    match trie.children.get_with_edge(cursor.node, candidate[cursor.pos]) {
+                        Some((child, edge)) => {
                             cursor.next = child;
                             prefetch_node(trie.node(child));
+                            edge.prefetch(candidate.len() - cursor.pos);
+                            // Where the next round looks if the whole edge matches.
+                            if let Some(&next) = candidate.get(cursor.pos + edge.len()) {
+                                trie.children.prefetch(child, next);
+                            }
                         }
                         None => live &= !(1 << at),
                     }
                 }
                 for (at, trie) in walks(live) {
-                    let cursor = &cursors[at];
-                    let node = trie.node(cursor.next);
-                    let len = node.edge.len().min(candidate.len() - cursor.pos);
-                    for hash in node.edge[..len].iter().step_by(LINE_HASHES) {
-                        prefetch_line(hash);
-                    }
-                    node.owners.prefetch();
-                    // Where the next round looks if the whole edge matches.
-                    if let Some(&next) = candidate.get(cursor.pos + node.edge.len()) {
-                        trie.children.prefetch(cursor.next, next);
-                    }
+                    trie.node(cursors[at].next).owners.prefetch();
                 }
                 for (at, trie) in walks(live) {
                     let cursor = &mut cursors[at];
@@ -438,7 +437,8 @@ impl BlockTrie {
     #[cfg(all(test, not(loom)))]
     fn children_of(&self) -> HashMap<NodeId, Vec<(SequenceHash, NodeId)>> {
         let mut children: HashMap<NodeId, Vec<(SequenceHash, NodeId)>> = HashMap::new();
-        for (parent, first, child) in self.children.iter() {
+        for (parent, first, child, edge) in self.children.iter() {
+            assert_eq!(edge, self.edge_hint(child), "link's edge hint is stale");
             children.entry(parent).or_default().push((first, child));
         }
         children
