@@ -10,13 +10,14 @@ use super::multi::{Inner, InnerConfig, MultiWorkerSequences, Replica};
 use super::replica::SequencePublisher;
 use crate::sync::Arc;
 
-/// Worker shards by default: enough that writers on different workers rarely share a lock,
-/// few enough that an all-worker query (one trie walk per shard) stays short. A prefix shared
-/// by every worker is walked once per shard: 4 rather than 8 took the all-worker query's median
-/// down by 15–35% on the `compare/` shapes (most with heavy sharing), and the query's median
-/// under a full-speed churner did not rise (BENCHMARKS.md, "#16 workload shapes"). Callers with
-/// many concurrent writers may want more ([`SequencesBuilder::worker_shards`]).
-pub const DEFAULT_WORKER_SHARDS: usize = 4;
+/// Worker shards by default: two writers on different workers rarely share a lock, and an
+/// all-worker query (one trie walk per shard) stays short. A prefix shared by several workers
+/// is stored and walked once per shard, and a query that finds the tries out of cache pays for
+/// every walk: 2 rather than 4 took the `documents` query's p99 from 0.45–0.49× Dynamo's to
+/// 0.38–0.40× (BENCHMARKS.md, "session 13"), as 4 rather than 8 had taken the medians down
+/// 15–35% before. Callers with many concurrent writers may want more
+/// ([`SequencesBuilder::worker_shards`]).
+pub const DEFAULT_WORKER_SHARDS: usize = 2;
 
 /// Request-index shards by default.
 pub const DEFAULT_REQUEST_SHARDS: usize = 64;
