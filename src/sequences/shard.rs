@@ -13,8 +13,10 @@ use super::requests::{Record, RecordId, RequestTable};
 use super::trie::BlockTrie;
 use crate::event::{SequenceHash, Worker};
 
-/// Workers a shard keeps query depths for on the stack.
-const ON_STACK: usize = 64;
+/// Workers a query keeps depths for on the stack (as `u32`, 1 KiB): those of every shard walked
+/// in step, or of one shard read alone. 256 workers in 2 shards, or 64 in each of 4, still walk
+/// together.
+const ON_STACK: usize = 256;
 
 /// Shards [`Shard::potential_loads_together`] walks in step.
 pub(crate) const TOGETHER: usize = 4;
@@ -291,16 +293,17 @@ impl Shard {
         new_tokens: impl Fn(Worker) -> (u32, usize),
         out: &mut Vec<PotentialLoad>,
     ) {
-        let mut stack = [0usize; ON_STACK];
-        let mut heap = Vec::new();
-        let depths: &mut [usize] = if self.slots.len() <= ON_STACK {
-            &mut stack[..self.slots.len()]
+        if u32::try_from(candidate.len()).is_ok() && self.slots.len() <= ON_STACK {
+            // `depth` fits: it is at most the candidate's length.
+            let mut stack = [0u32; ON_STACK];
+            let depths = &mut stack[..self.slots.len()];
+            self.trie.visit_depths(candidate, |slot, depth| depths[slot as usize] = depth as u32);
+            self.push_loads(candidate.len(), |slot| depths[slot] as usize, &new_tokens, out);
         } else {
-            heap.resize(self.slots.len(), 0);
-            &mut heap
-        };
-        self.trie.visit_depths(candidate, |slot, depth| depths[slot as usize] = depth);
-        self.push_loads(candidate.len(), |slot| depths[slot], &new_tokens, out);
+            let mut depths = vec![0usize; self.slots.len()];
+            self.trie.visit_depths(candidate, |slot, depth| depths[slot as usize] = depth);
+            self.push_loads(candidate.len(), |slot| depths[slot], &new_tokens, out);
+        }
     }
 
     /// [`Self::potential_loads_into`] for several shards at once (`None`s are skipped), their
@@ -312,15 +315,20 @@ impl Shard {
         new_tokens: impl Fn(Worker) -> (u32, usize),
         out: &mut Vec<PotentialLoad>,
     ) {
-        // Depths are kept as `u32`, `TOGETHER` shards of up to `ON_STACK` workers on the stack;
-        // anything else takes the one-shard path.
-        let fits = |shard: &&Shard| shard.slots.len() <= ON_STACK;
+        // Depths are kept as `u32` on the stack, the shards of a group side by side from
+        // `base[at]`; a shard that does not fit takes the one-shard path.
         let narrow = u32::try_from(candidate.len()).is_ok();
         for group in shards.chunks(TOGETHER) {
             let mut together: [Option<&Shard>; TOGETHER] = [None; TOGETHER];
+            let mut base = [0usize; TOGETHER];
+            let mut used = 0;
             for (at, shard) in group.iter().enumerate() {
                 match shard {
-                    Some(shard) if narrow && fits(shard) => together[at] = Some(shard),
+                    Some(shard) if narrow && used + shard.slots.len() <= ON_STACK => {
+                        together[at] = Some(shard);
+                        base[at] = used;
+                        used += shard.slots.len();
+                    }
                     Some(shard) => shard.potential_loads_into(candidate, &new_tokens, out),
                     None => {}
                 }
@@ -328,15 +336,15 @@ impl Shard {
             for shard in together.iter().flatten() {
                 shard.prefetch_figures();
             }
-            let mut depths = [[0u32; ON_STACK]; TOGETHER];
+            let mut depths = [0u32; ON_STACK];
             let tries = together.map(|shard| shard.map(|shard| &shard.trie));
             BlockTrie::visit_depths_together(&tries, candidate, |at, slot, depth| {
                 // `depth` fits: it is at most the candidate's length.
-                depths[at][slot as usize] = depth as u32;
+                depths[base[at] + slot as usize] = depth as u32;
             });
             for (at, shard) in together.iter().enumerate() {
                 if let Some(shard) = shard {
-                    let depths = &depths[at];
+                    let depths = &depths[base[at]..];
                     shard.push_loads(
                         candidate.len(),
                         |slot| depths[slot] as usize,
@@ -468,9 +476,10 @@ mod tests {
 
     #[test]
     fn shards_queried_together_report_what_each_reports_alone() {
-        // Shards of few workers (walked in step) and one of more than `ON_STACK` (alone).
+        // Shards of few workers (walked in step), one of more than `ON_STACK` (alone), and two
+        // that fit alone but not beside the others (the second of them alone).
         let now = Instant::now();
-        let shards: Vec<Shard> = [3, ON_STACK + 5, 1, 7, 2, 4]
+        let shards: Vec<Shard> = [3, ON_STACK + 5, 1, 7, 2, 4, ON_STACK - 9, ON_STACK / 2]
             .into_iter()
             .enumerate()
             .map(|(s, workers)| {
