@@ -477,7 +477,7 @@ mod tests {
     #[test]
     fn shards_queried_together_report_what_each_reports_alone() {
         // Shards of few workers (walked in step), one of more than `ON_STACK` (alone), and two
-        // that fit alone but not beside the others (the second of them alone).
+        // that each fit the array: the first beside a small one, the second (read alone) not.
         let now = Instant::now();
         let shards: Vec<Shard> = [3, ON_STACK + 5, 1, 7, 2, 4, ON_STACK - 9, ON_STACK / 2]
             .into_iter()
