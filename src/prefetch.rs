@@ -24,24 +24,26 @@ pub(crate) fn prefetch_all<T>(value: &T) {
 /// Starts loading the lines of `items`, up to `max_lines` of them.
 #[inline]
 pub(crate) fn prefetch_slice<T>(items: &[T], max_lines: usize) {
-    const LINE: usize = 64;
     let start = items.as_ptr().cast::<u8>();
-    let skew = start as usize % LINE;
-    let bytes = (skew + size_of_val(items)).min(max_lines.saturating_mul(LINE));
-    for offset in (0..bytes).step_by(LINE) {
-        prefetch_address(start.wrapping_byte_sub(skew).wrapping_byte_add(offset));
-    }
+    let span = (start.addr() % LINE + size_of_val(items)).min(max_lines.saturating_mul(LINE));
+    prefetch_lines(start, span);
 }
 
 /// Starts loading the lines of the `bytes` bytes at `address`, which need not be valid: a
 /// prefetch of any address is harmless (for hints kept as plain numbers).
 #[inline]
 pub(crate) fn prefetch_span(address: usize, bytes: usize) {
-    const LINE: usize = 64;
-    let start = std::ptr::without_provenance::<u8>(address - address % LINE);
-    let bytes = (address % LINE).saturating_add(bytes);
-    for offset in (0..bytes).step_by(LINE) {
-        prefetch_address(start.wrapping_byte_add(offset));
+    prefetch_lines(std::ptr::without_provenance(address), (address % LINE).saturating_add(bytes));
+}
+
+const LINE: usize = 64;
+
+/// Starts loading the lines of the `span` bytes from the start of `start`'s line.
+#[inline]
+fn prefetch_lines(start: *const u8, span: usize) {
+    let line = start.wrapping_byte_sub(start.addr() % LINE);
+    for offset in (0..span).step_by(LINE) {
+        prefetch_address(line.wrapping_byte_add(offset));
     }
 }
 
