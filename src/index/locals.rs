@@ -58,6 +58,12 @@ impl Locals {
         }
     }
 
+    /// Whether the hashes are inside the run (else in an allocation of their own).
+    #[inline]
+    pub(crate) fn is_inline(&self) -> bool {
+        matches!(self, Self::Inline { .. })
+    }
+
     /// Heap bytes of the allocation, if any (all of it: only one live run uses it).
     pub(crate) fn allocated(&self) -> usize {
         match self {

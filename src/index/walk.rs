@@ -4,7 +4,10 @@
 //!
 //! A walk is a chain of dependent loads: a run's table slot, then the run's version, then (for
 //! a run too long to keep its hashes inline) its hashes, then the next run's slot, whose key
-//! follows from this run's tail id. One lane's chain cannot go faster than memory
+//! follows from this run's tail id. The slot's hints (see [`crate::index::run_table`]) shorten
+//! it: once a slot arrives, the run, its hashes and the next run's slot are all asked for, so
+//! a walk over cold runs waits about one miss per run; what the walk reads still comes from the
+//! run itself. One lane's chain cannot go faster than memory
 //! answers, but the lanes' chains are independent: so the walks of several lanes advance in
 //! turn, one load stage each ([`LaneWalk::step`]), and each stage only asks for the lines of
 //! its next one before giving way. The misses of all the lanes are then in flight together,
@@ -173,6 +176,12 @@ impl<'a> LaneWalk<'a> {
         match self.stage {
             Stage::Locate => match self.lookup.next_candidate() {
                 Some(run) => {
+                    // The next run's slot, as the slot's hints say: its miss overlaps the
+                    // run's (checked at `Inspect`, once the run is here).
+                    let hints = self.lookup.hints();
+                    if let Some(local) = query.get(self.at.saturating_add(hints.len as usize)) {
+                        self.table.prefetch_slot(self.table.key(hints.tail, local.0), guard);
+                    }
                     self.stage = Stage::Inspect(run);
                     true
                 }
