@@ -1,5 +1,5 @@
-//! [`RunTable`]: one lane's map from a run's key (our sequence hash of its first block) to the
-//! run. Only the lane writes it, through its [`RunTableWriter`] (one per table, not `Clone`,
+//! [`RunTable`]: one lane's map from a run's key (where it hangs and its first content hash:
+//! see [`crate::index::run`]) to the run. Only the lane writes it, through its [`RunTableWriter`] (one per table, not `Clone`,
 //! every change `&mut`); queries read it without locks, and what they load lives no longer
 //! than both their pin and their borrow of the table.
 //!
