@@ -1,7 +1,8 @@
 //! [`RunTable`]: one lane's map from a run's key (where it hangs and its first content hash:
-//! see [`crate::index::run`]) to the run. Only the lane writes it, through its [`RunTableWriter`] (one per table, not `Clone`,
-//! every change `&mut`); queries read it without locks, and what they load lives no longer
-//! than both their pin and their borrow of the table.
+//! see [`crate::index::run`]) to the run. Only the lane writes it, through its
+//! [`RunTableWriter`] (one per table, not `Clone`, every change `&mut`); queries read it
+//! without locks, and what they load lives no longer than both their pin and their borrow of
+//! the table.
 //!
 //! Keys are not unique: a sender can make two runs' keys equal (see [`crate::index::run`]), so
 //! a key may have several slots, and a lookup takes the first run under it that the caller's
