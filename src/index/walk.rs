@@ -5,13 +5,13 @@
 //! A walk is a chain of dependent loads: a run's table slot, then the run's version, then (for
 //! a run too long to keep its hashes inline) its hashes, then the next run's slot, whose key
 //! follows from this run's tail id. The slot's hints (see [`crate::index::run_table`]) shorten
-//! it: once a slot arrives, the run, its hashes and the next run's slot are all asked for, so
-//! a walk over cold runs waits about one miss per run; what the walk reads still comes from the
-//! run itself. One lane's chain cannot go faster than memory
-//! answers, but the lanes' chains are independent: so the walks of several lanes advance in
-//! turn, one load stage each ([`LaneWalk::step`]), and each stage only asks for the lines of
-//! its next one before giving way. The misses of all the lanes are then in flight together,
-//! and a query costs about its longest lane's chain, not the sum of them.
+//! it: once a slot arrives, the run, its hashes and the next run's slot are all asked for, so a
+//! walk over cold runs waits about one miss per run (what it compares still comes from the run
+//! itself). One lane's chain cannot go faster than memory answers, but the lanes' chains are
+//! independent: so the walks of several lanes advance in turn, one load stage each
+//! ([`LaneWalk::step`]), and each stage only asks for the lines of its next one before giving
+//! way. The misses of all the lanes are then in flight together, and a query costs about its
+//! longest lane's chain, not the sum of them.
 //!
 //! Matching workers are narrowed as bits of the lane's slots, one AND per run, while the runs
 //! have bits; the walk turns to merging holder lists (kept at the end of the answer, depth
