@@ -9,12 +9,12 @@
 //! check accepts (its identity, not its key). A key's slots start where the pool's secret
 //! [`Mixer`] puts it, so keys chosen to share a slot cannot be aimed at one probe sequence.
 //!
-//! Open addressing over (key, pointer) slots. Within one array a slot's key, once set, never
-//! changes: removing a run nulls its pointer and leaves the key as a tombstone, which only the
-//! same key may reuse. So a reader never sees a key paired with another key's run. When keyed
-//! slots pass 3/4 of the array (or live ones fall below 1/8), the writer copies the live
-//! entries into an array sized for them and publishes it through the epoch, so memory follows
-//! the live runs.
+//! Open addressing over 32-byte slots (key, pointer and hints, below). Within one array a
+//! slot's key, once set, never changes: removing a run nulls its pointer and leaves the key as a
+//! tombstone, which only the same key may reuse. So a reader never sees a key paired with
+//! another key's run. When keyed slots pass 3/4 of the array (or live ones fall below 1/8), the
+//! writer copies the live entries into an array sized for them and publishes it through the
+//! epoch, so memory follows the live runs.
 //!
 //! A slot also carries hints about its run, which a lookup acts on before the run's own lines
 //! arrive: where its hashes are when they are out of line (their distance from the run, in
