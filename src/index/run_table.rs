@@ -413,23 +413,10 @@ impl RunTable {
     #[inline]
     pub(crate) fn lookup<'a>(&'a self, key: u64, guard: &'a Guard) -> Lookup<'a> {
         let slots = self.current.load(guard);
-        let (key, home) = self.home(slots, key);
+        let key = stored_key(key);
+        let home = self.mixer.mix(key) as usize & slots.mask();
         prefetch_line(&slots.slots[home]);
         Lookup { slots, key, at: home, left: slots.slots.len(), hints: Hints::default() }
-    }
-
-    /// Starts loading the slot a lookup of `key` would start at.
-    #[inline]
-    pub(crate) fn prefetch_slot(&self, key: u64, guard: &Guard) {
-        let slots = self.current.load(guard);
-        prefetch_line(&slots.slots[self.home(slots, key).1]);
-    }
-
-    /// `key` as stored, and the slot of `slots` its probe sequence starts at.
-    #[inline]
-    fn home(&self, slots: &Slots, key: u64) -> (u64, usize) {
-        let key = stored_key(key);
-        (key, self.mixer.mix(key) as usize & slots.mask())
     }
 
     fn capacity(&self, guard: &Guard) -> usize {

@@ -115,8 +115,11 @@ struct LaneWalk<'a> {
     /// The lookup of the run the walk wants next, and the stage it is at.
     lookup: Lookup<'a>,
     stage: Stage<'a>,
-    /// The lookup of the run after the one being visited, if that one matches whole.
+    /// The lookup of the run after the one being visited, if that one matches whole, and the
+    /// (tail id, length) of the run it was made for: the slot's hints first, the run's own once
+    /// they differ.
     next: Option<Lookup<'a>>,
+    next_for: (u64, usize),
     /// What identifies the wanted run: the tail it hangs from and its first content hash.
     parent: u64,
     local: u64,
@@ -136,6 +139,7 @@ impl<'a> LaneWalk<'a> {
             lookup: table.lookup(table.key(ROOT_TAIL, first), guard),
             stage: Stage::Locate,
             next: None,
+            next_for: (ROOT_TAIL, 0),
             parent: ROOT_TAIL,
             local: first,
             at: 0,
@@ -176,12 +180,10 @@ impl<'a> LaneWalk<'a> {
         match self.stage {
             Stage::Locate => match self.lookup.next_candidate() {
                 Some(run) => {
-                    // The next run's slot, as the slot's hints say: its miss overlaps the
+                    // The next run's lookup, as the slot's hints say: its miss overlaps the
                     // run's (checked at `Inspect`, once the run is here).
                     let hints = self.lookup.hints();
-                    if let Some(local) = query.get(self.at.saturating_add(hints.len as usize)) {
-                        self.table.prefetch_slot(self.table.key(hints.tail, local.0), guard);
-                    }
+                    self.look_past(hints.tail, hints.len as usize, query, guard);
                     self.stage = Stage::Inspect(run);
                     true
                 }
@@ -194,11 +196,10 @@ impl<'a> LaneWalk<'a> {
                     return true;
                 }
                 let state = &run.state;
-                // The next run's slot, if this one matches whole: its miss overlaps the
-                // comparison's.
-                self.next = query
-                    .get(self.at + state.locals.len())
-                    .map(|&local| self.table.lookup(self.table.key(state.tail_id, local.0), guard));
+                if self.next_for != (state.tail_id, state.locals.len()) {
+                    // The hints were of another version: look where this one says.
+                    self.look_past(state.tail_id, state.locals.len(), query, guard);
+                }
                 match &state.locals {
                     Locals::Shared { .. } => {
                         prefetch_slice(&state.locals, HASH_LINES);
@@ -210,6 +211,16 @@ impl<'a> LaneWalk<'a> {
             }
             Stage::Visit(run) => self.visit(run, query, out),
         }
+    }
+
+    /// Starts the lookup of the run after one tailed `tail` with `len` blocks, if the query goes
+    /// on past it.
+    #[inline]
+    fn look_past(&mut self, tail: u64, len: usize, query: &[LocalBlockHash], guard: &'a Guard) {
+        self.next_for = (tail, len);
+        self.next = query
+            .get(self.at.saturating_add(len))
+            .map(|&local| self.table.lookup(self.table.key(tail, local.0), guard));
     }
 
     /// Compares the run found by identity with the query and narrows the matching workers;
