@@ -26,7 +26,7 @@ use crate::index::node_ids::NodeIds;
 use crate::index::run::{ROOT_TAIL, Run, RunId, RunState};
 use crate::index::run_table::RunTableWriter;
 use crate::sync::epoch::{Guard, Reclaimer};
-use crate::sync::{Arc, AtomicU32, Ordering};
+use crate::sync::{Arc, Ordering};
 
 /// Identifies a node (one block's place in the tree) to its lane.
 pub(crate) type NodeId = u32;
@@ -191,14 +191,14 @@ impl LaneTrie {
         self.runs[run as usize].as_mut().expect("live run")
     }
 
-    /// The current state of `run`; `guard` keeps it alive after a later change retires it.
-    fn state<'g>(&self, run: RunId, _guard: &'g Guard) -> &'g RunState {
+    /// The current version of `run`; `guard` keeps it alive after a later change retires it.
+    fn state<'g>(&self, run: RunId, _guard: &'g Guard) -> &'g Run {
         let version = Arc::as_ptr(&self.meta(run).run);
         // SAFETY: a version's last count is always released through `retired`: the table's
         // count is retired when the version leaves its slot (replaced in `publish`, unlinked
         // in `remove_run` and `reset`), before the lane drops its own `Arc`; nothing else drops
         // one. So the version lives as long as any guard pinned before that, `_guard` included.
-        unsafe { &(*version).state }
+        unsafe { &*version }
     }
 
     /// Live nodes.
@@ -226,7 +226,7 @@ impl LaneTrie {
     /// The content hash of `node`.
     pub(crate) fn local(&self, node: NodeId, guard: &Guard) -> LocalBlockHash {
         let pos = self.nodes[node as usize];
-        LocalBlockHash(self.state(pos.run, guard).locals[pos.offset as usize])
+        LocalBlockHash(self.state(pos.run, guard).locals()[pos.offset as usize])
     }
 
     /// The parent of `node`, `None` for a root block.
@@ -253,9 +253,9 @@ impl LaneTrie {
                 let pos = self.nodes[node as usize];
                 let state = self.state(pos.run, guard);
                 let offset = pos.offset as usize + 1;
-                if offset < state.locals.len() {
+                if offset < state.len() {
                     let ids = &self.meta(pos.run).ids;
-                    return (state.locals[offset] == local).then(|| ids.get(offset));
+                    return (state.locals()[offset] == local).then(|| ids.get(offset));
                 }
                 state.tail_id
             }
@@ -312,10 +312,10 @@ impl LaneTrie {
         };
         if parent != ROOT && self.extends_in_place(parent, worker, locals.len(), guard) {
             let state = self.state(parent, guard);
-            let offset = state.locals.len();
+            let offset = state.len();
             let mut joined = std::mem::take(&mut self.joined);
             joined.clear();
-            joined.extend_from_slice(&state.locals);
+            joined.extend_from_slice(state.locals());
             joined.extend_from_slice(locals);
             for (step, &node) in ids.iter().enumerate() {
                 let pos = &mut self.nodes[node as usize];
@@ -348,7 +348,7 @@ impl LaneTrie {
     fn extends_in_place(&self, run: RunId, worker: Worker, len: usize, guard: &Guard) -> bool {
         let meta = self.meta(run);
         let state = self.state(run, guard);
-        let have = state.locals.len();
+        let have = state.len();
         meta.children.is_empty()
             && state.members.is_only(worker, self.holder_sets.slot_of(worker))
             && (have + len <= COPY_APPEND_LIMIT || have <= 4 * len)
@@ -424,7 +424,7 @@ impl LaneTrie {
 
     fn release_stretch(&mut self, worker: Worker, run: RunId, first: u32, last: u32, g: &Guard) {
         let state = self.state(run, g);
-        let len = state.locals.len() as u32;
+        let len = state.len() as u32;
         let last_holder = state.members.len() == 1;
         if last + 1 == len && last_holder && self.meta(run).children.is_empty() {
             // Nothing holds or hangs below the stretch any more: cut it off.
@@ -462,7 +462,7 @@ impl LaneTrie {
         // The tail keeps the last block's tail id (the children stay below it); the head's
         // new last block gets a fresh one, which the tail hangs from.
         let tail = RunState {
-            locals: state.locals.part(at..state.locals.len()),
+            locals: state.part(at..state.len()),
             tail_id: state.tail_id,
             members: state.members.clone(),
         };
@@ -470,7 +470,7 @@ impl LaneTrie {
         // The tail is findable before the head stops covering it.
         let new = self.add_run(run, head_tail, tail, ids, children, guard);
         let head = RunState {
-            locals: state.locals.part(0..at),
+            locals: state.part(0..at),
             tail_id: head_tail,
             members: state.members.clone(),
         };
@@ -486,7 +486,7 @@ impl LaneTrie {
         let dropped = meta.ids.split_off(at);
         meta.ids.shrink();
         let head = RunState {
-            locals: state.locals.part(0..at),
+            locals: state.part(0..at),
             // A new last block (see `append`).
             tail_id: self.fresh_tail(),
             members: state.members.clone(),
@@ -497,20 +497,22 @@ impl LaneTrie {
 
     /// Replaces the state of `run` with a new version in its slot; the old one is retired.
     fn publish(&mut self, run: RunId, state: RunState, guard: &Guard) {
+        let parent_tail = self.meta(run).run.parent_tail;
+        self.put_version(run, Run::new(run, parent_tail, state), guard);
+    }
+
+    /// Puts `next`, a new version of `run`, in its slot; the old one is retired.
+    fn put_version(&mut self, run: RunId, next: Arc<Run>, guard: &Guard) {
         let meta = self.runs[run as usize].as_mut().expect("live run");
         let current = &meta.run;
         let key = self.table.table().key_of(current);
-        let next =
-            Arc::new(Run { id: AtomicU32::new(run), parent_tail: current.parent_tail, state });
         self.table.replace(key, current, next.clone(), guard, &mut self.retired);
         meta.run = next;
     }
 
     fn set_members(&mut self, run: RunId, members: Holders, guard: &Guard) {
-        let state = self.state(run, guard);
-        let (locals, tail_id) = (state.locals.clone(), state.tail_id);
-        let next = RunState { locals, tail_id, members };
-        self.publish(run, next, guard);
+        let next = self.meta(run).run.with_members(members);
+        self.put_version(run, next, guard);
     }
 
     /// A node id for a block about to be appended, which its first holder names `name` (so
@@ -560,7 +562,7 @@ impl LaneTrie {
         for &child in &children {
             self.meta_mut(child).parent = id;
         }
-        let run = Arc::new(Run { id: AtomicU32::new(id), parent_tail, state });
+        let run = Run::new(id, parent_tail, state);
         let key = self.table.table().key_of(&run);
         self.table.insert(key, run.clone(), guard, &mut self.retired);
         self.runs[id as usize] = Some(RunMeta { run, parent, children, ids });
@@ -643,11 +645,8 @@ impl LaneTrie {
             .iter()
             .flatten()
             .map(|meta| {
-                let state = &meta.run.state;
-                size_of::<Run>()
-                    + 2 * size_of::<usize>() // the `Arc` counts
-                    + state.locals.allocated()
-                    + state.members.own_bytes()
+                meta.run.bytes()
+                    + meta.run.members.own_bytes()
                     + meta.children.capacity() * 4
                     + meta.ids.heap_bytes()
             })
@@ -689,7 +688,7 @@ impl SeqHashes<'_> {
             let parent = trie.meta(run).parent;
             let mut seq = (parent != ROOT)
                 .then(|| SequenceHash(*self.runs[&parent].last().expect("non-empty")));
-            let seqs = trie.state(run, self.guard).locals.iter().map(|&local| {
+            let seqs = trie.state(run, self.guard).locals().iter().map(|&local| {
                 let next = next_sequence_hash(seq, LocalBlockHash(local));
                 seq = Some(next);
                 next.0

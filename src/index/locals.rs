@@ -1,6 +1,7 @@
-//! [`Locals`]: a run's content hashes: up to [`INLINE`] of them inside the run itself, more as
-//! a window onto an allocation that a run's versions share, so shortening a run or splitting it
-//! copies at most the smaller part.
+//! [`Locals`]: a run's content hashes as the lane makes a version of the run from them: up to
+//! [`INLINE`] of them go inside the version itself (just as many: see
+//! [`crate::index::run`]), more are a window onto an allocation that a run's versions share, so
+//! shortening a run or splitting it copies at most the smaller part.
 //!
 //! Short runs keep their hashes inline because a query's walk compares them right after it
 //! reaches the run: inline, they are in the lines it has just loaded (or the next one), not one
@@ -45,26 +46,30 @@ impl Locals {
 
     /// The part `range` of these hashes: inline if short enough, else the same allocation
     /// while it covers more than half of it, else a copy.
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn part(&self, range: Range<usize>) -> Self {
-        let values = &self[range.clone()];
         match self {
-            Self::Shared { buffer, start, .. }
-                if values.len() > INLINE && values.len() * 2 > buffer.len() =>
-            {
-                let start = start + range.start as u32;
-                Self::Shared { buffer: buffer.clone(), start, len: values.len() as u32 }
+            Self::Inline { .. } => Self::new(&self[range]),
+            Self::Shared { buffer, start, .. } => {
+                let start = *start as usize;
+                Self::window(buffer, start + range.start..start + range.end)
             }
-            _ => Self::new(values),
         }
     }
 
-    /// Whether the hashes are inside the run (else in an allocation of their own).
-    #[inline]
-    pub(crate) fn is_inline(&self) -> bool {
-        matches!(self, Self::Inline { .. })
+    /// The hashes `buffer[range]`: inline if short enough, else `buffer` itself while the
+    /// range covers more than half of it, else a copy.
+    pub(crate) fn window(buffer: &Arc<[u64]>, range: Range<usize>) -> Self {
+        if range.len() > INLINE && range.len() * 2 > buffer.len() {
+            // Within `buffer`, so below 2^32 (see `new`).
+            let (start, len) = (range.start as u32, range.len() as u32);
+            return Self::Shared { buffer: buffer.clone(), start, len };
+        }
+        Self::new(&buffer[range])
     }
 
     /// Heap bytes of the allocation, if any (all of it: only one live run uses it).
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn allocated(&self) -> usize {
         match self {
             Self::Inline { .. } => 0,

@@ -9,8 +9,8 @@ use crate::index::run::{Run, RunState};
 use crate::index::run_table::{RunTable, RunTableWriter};
 use crate::index::walk::walk;
 use crate::mix::Mixer;
+use crate::sync::Arc;
 use crate::sync::epoch::{Reclaimer, pin};
-use crate::sync::{Arc, AtomicU32};
 
 /// One lane's tree, written through the lane's own operations.
 pub struct LoomLane {
@@ -104,7 +104,7 @@ impl LoomTable {
     fn run(locals: &[u64]) -> Arc<Run> {
         let state =
             RunState { locals: Locals::new(locals), tail_id: 0, members: Holders::listed(&[]) };
-        Arc::new(Run { id: AtomicU32::new(0), parent_tail: 0, state })
+        Run::new(0, 0, state)
     }
 
     /// Publishes a run with content `locals` under `key`.
@@ -148,13 +148,13 @@ impl LoomTable {
     pub fn get_starting(&self, key: u64, first: u64) -> Option<Vec<u64>> {
         let guard = pin();
         let run = self.table.get(key, &guard, |run| run.first() == first)?;
-        Some(run.state.locals.to_vec())
+        Some(run.locals().to_vec())
     }
 
     /// The content of the first run under `key`, if any.
     pub fn get(&self, key: u64) -> Option<Vec<u64>> {
         let guard = pin();
         let run = self.table.get(key, &guard, |_| true)?;
-        Some(run.state.locals.to_vec())
+        Some(run.locals().to_vec())
     }
 }

@@ -1,12 +1,12 @@
 //! [`Run`]: a chain of tree nodes that the same workers hold and that only branches at its end,
 //! the unit a lane's tree is made of (queries walk them: see [`crate::index::walk`]).
 //!
-//! A [`Run`] is one immutable version: its identity and its [`RunState`] (content hashes, the
-//! tail id of its last block, its holders) in one allocation, so a lookup reaches everything a
-//! walk compares in one step from the table's slot. The lane replaces a run's version whole in
-//! its slot, so a reader always sees a consistent run.
+//! A [`Run`] is one immutable version: its identity and its state (content hashes, the tail id
+//! of its last block, its holders) in one allocation, so a lookup reaches everything a walk
+//! compares in one step from the table's slot. The lane builds a version from a [`RunState`]
+//! and replaces a run's version whole in its slot, so a reader always sees a consistent run.
 //!
-//! What identifies a run is where it hangs (the [`RunState::tail_id`] of its parent's last
+//! What identifies a run is where it hangs (the [`Run::tail_id`] of its parent's last
 //! node, [`ROOT_TAIL`] for a root) and its first content hash, both fixed for the run's life.
 //! Tail ids are drawn by the lane and never reused. A run is found in the lane's
 //! [`RunTable`](crate::index::run_table::RunTable) under a key made of those two
@@ -19,29 +19,194 @@
 //! with a secret mix of the tail id, so keys cannot be aimed at each other in bulk, but any
 //! two may still be equal. Every lookup checks a run's identity, so colliding keys cost a
 //! longer probe, never a wrong run.
+//!
+//! ## Layout
+//!
+//! A version is sized to its run: a short run's hashes follow its fixed fields inline, exactly
+//! as many as it has, and a long run's (see [`Locals`]) are a window onto an allocation its
+//! versions share, with nothing inline. Versions are the lane's most numerous allocation, and
+//! most are short or long (a fixed inline array wasted most of its 88 bytes on both). So a
+//! version is a dynamically sized [`RunOf<[u64]>`](RunOf), reached through a fat pointer; the
+//! table's slots keep the thin pointer of its fixed part ([`RunHead`]), which records how many
+//! hashes follow, and [`Run::from_thin`] makes it whole again.
+
+use std::ops::Range;
 
 use crate::index::holder_sets::Holders;
-use crate::index::locals::Locals;
-use crate::sync::AtomicU32;
+use crate::index::locals::{INLINE, Locals};
+use crate::sync::{Arc, AtomicU32, Ordering, arc_from_std};
 
 /// Identifies a run to its lane (an index into the lane's arena).
 pub(crate) type RunId = u32;
 
-/// One version of a run; see the [module docs](self).
-pub(crate) struct Run {
+/// One version of a run, with its inline hashes; see the [module docs](self).
+pub(crate) type Run = RunOf<[u64]>;
+
+/// The fixed part of a version, which a table slot points at (see the [module docs](self)).
+pub(crate) type RunHead = RunOf<[u64; 0]>;
+
+/// A version of a run with `H` as its inline hashes: `[u64]` for a version ([`Run`]), an array
+/// while one is made, `[u64; 0]` for the fixed part alone ([`RunHead`]). `repr(C)`, so the
+/// fixed fields are laid out alike in all of them.
+#[repr(C)]
+pub(crate) struct RunOf<H: ?Sized> {
     /// The lane's id for this run, so a lookup by key leads the writer to its bookkeeping
     /// (only the writer uses it, on the current version; atomic so it can renumber runs while
     /// readers hold them).
     pub(crate) id: AtomicU32,
+    /// How many hashes `inline` holds: a [`Run`]'s pointer metadata.
+    inline_len: u32,
     /// The tail id of the node this run hangs from ([`ROOT_TAIL`] for a root).
     pub(crate) parent_tail: u64,
-    pub(crate) state: RunState,
+    /// Identifies the last block as the parent of child runs (see the [module docs](self)):
+    /// a split's tail keeps it (the children stay below that block), and a block that becomes
+    /// a run's last gets a fresh one.
+    pub(crate) tail_id: u64,
+    /// The workers holding every block of the run: bits of the lane's slots, or a sorted list
+    /// (see [`Holders`]); a list is shared like the hashes between versions that differ in
+    /// content only (a split's two halves, a shortened run).
+    pub(crate) members: Holders,
+    /// A long run's hashes: `shared[start..start + len]`, an allocation versions share.
+    shared: Option<Arc<[u64]>>,
+    start: u32,
+    /// How many blocks the run has.
+    len: u32,
+    inline: H,
+}
+
+/// What the lane makes a version of: a run's state as it changes between versions.
+pub(crate) struct RunState {
+    /// The content hash of each block.
+    pub(crate) locals: Locals,
+    /// See [`Run::tail_id`].
+    pub(crate) tail_id: u64,
+    /// See [`Run::members`].
+    pub(crate) members: Holders,
 }
 
 /// The tail id roots hang from; lanes draw real ones from 1 up.
 pub(crate) const ROOT_TAIL: u64 = 0;
 
+/// The fields of a version besides its inline hashes.
+struct Fixed {
+    id: u32,
+    parent_tail: u64,
+    tail_id: u64,
+    members: Holders,
+    shared: Option<Arc<[u64]>>,
+    start: u32,
+    len: u32,
+}
+
+/// A version with `fixed` and `inline` (`N` hashes), as a [`Run`].
+fn sized<const N: usize>(fixed: Fixed, inline: &[u64]) -> Arc<Run> {
+    let Fixed { id, parent_tail, tail_id, members, shared, start, len } = fixed;
+    let mut hashes = [0; N];
+    hashes.copy_from_slice(inline);
+    let run: std::sync::Arc<Run> = std::sync::Arc::new(RunOf {
+        id: AtomicU32::new(id),
+        inline_len: N as u32,
+        parent_tail,
+        tail_id,
+        members,
+        shared,
+        start,
+        len,
+        inline: hashes,
+    });
+    arc_from_std(run)
+}
+
+/// A version with `fixed` and `inline` (at most [`INLINE`] hashes), as a [`Run`].
+fn made(fixed: Fixed, inline: &[u64]) -> Arc<Run> {
+    // One arm per length an inline run can have.
+    const _: () = assert!(INLINE == 11, "one arm per inline length below");
+    match inline.len() {
+        0 => sized::<0>(fixed, inline),
+        1 => sized::<1>(fixed, inline),
+        2 => sized::<2>(fixed, inline),
+        3 => sized::<3>(fixed, inline),
+        4 => sized::<4>(fixed, inline),
+        5 => sized::<5>(fixed, inline),
+        6 => sized::<6>(fixed, inline),
+        7 => sized::<7>(fixed, inline),
+        8 => sized::<8>(fixed, inline),
+        9 => sized::<9>(fixed, inline),
+        10 => sized::<10>(fixed, inline),
+        _ => sized::<11>(fixed, inline),
+    }
+}
+
 impl Run {
+    /// A version of the lane's run `id`, hanging from `parent_tail`, in `state`.
+    pub(crate) fn new(id: u32, parent_tail: u64, state: RunState) -> Arc<Run> {
+        let RunState { locals, tail_id, members } = state;
+        let fixed =
+            |shared, start, len| Fixed { id, parent_tail, tail_id, members, shared, start, len };
+        match locals {
+            Locals::Shared { buffer, start, len } => made(fixed(Some(buffer), start, len), &[]),
+            Locals::Inline { len, hashes } => {
+                made(fixed(None, 0, u32::from(len)), &hashes[..usize::from(len)])
+            }
+        }
+    }
+
+    /// This version with `members` as its holders (the same run, hashes and tail id).
+    pub(crate) fn with_members(&self, members: Holders) -> Arc<Run> {
+        let fixed = Fixed {
+            id: self.id.load(Ordering::Relaxed),
+            parent_tail: self.parent_tail,
+            tail_id: self.tail_id,
+            members,
+            shared: self.shared.clone(),
+            start: self.start,
+            len: self.len,
+        };
+        made(fixed, &self.inline)
+    }
+
+    /// The content hash of each block.
+    #[inline]
+    pub(crate) fn locals(&self) -> &[u64] {
+        match &self.shared {
+            None => &self.inline,
+            Some(shared) => &shared[self.start as usize..(self.start + self.len) as usize],
+        }
+    }
+
+    /// How many blocks the run has.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Whether the hashes are inside the version (else in an allocation versions share).
+    #[inline]
+    pub(crate) fn is_inline(&self) -> bool {
+        self.shared.is_none()
+    }
+
+    /// The hashes of blocks `range`, to make another version with (see [`Locals::part`]).
+    pub(crate) fn part(&self, range: Range<usize>) -> Locals {
+        match &self.shared {
+            None => Locals::new(&self.inline[range]),
+            Some(shared) => {
+                let (start, len) = (self.start as usize + range.start, range.len());
+                Locals::window(shared, start..start + len)
+            }
+        }
+    }
+
+    /// Bytes of the version's allocation and of its shared hashes' (all of those: only one
+    /// live run uses them, see [`Locals`]).
+    pub(crate) fn bytes(&self) -> usize {
+        let shared = self
+            .shared
+            .as_ref()
+            .map_or(0, |shared| 2 * size_of::<usize>() + size_of_val::<[u64]>(shared));
+        2 * size_of::<usize>() + size_of_val(self) + shared
+    }
+
     /// Whether this is the child with content `local` of the node tailed `parent_tail`.
     #[inline]
     pub(crate) fn is_child(&self, parent_tail: u64, local: u64) -> bool {
@@ -51,20 +216,120 @@ impl Run {
     /// The content hash of the run's first block.
     #[inline]
     pub(crate) fn first(&self) -> u64 {
-        self.state.locals[0]
+        self.locals()[0]
+    }
+
+    /// Gives up `run`'s count as the thin pointer a table slot keeps; [`Self::from_thin`] makes
+    /// it whole again.
+    pub(crate) fn into_thin(run: Arc<Run>) -> *mut RunHead {
+        Arc::into_raw(run).cast::<RunHead>().cast_mut()
+    }
+
+    /// The thin pointer of `run`, as [`Self::into_thin`] gave it.
+    pub(crate) fn thin(run: &Run) -> *mut RunHead {
+        std::ptr::from_ref(run).cast::<RunHead>().cast_mut()
+    }
+
+    /// The version `thin` points at, whole.
+    ///
+    /// # Safety
+    ///
+    /// `thin` came from [`Self::into_thin`] or [`Self::thin`], and its version lives for `'a`.
+    #[inline]
+    pub(crate) unsafe fn from_thin<'a>(thin: *const RunHead) -> &'a Run {
+        // SAFETY: the caller's promise: `thin` points at a live version, which `fat` makes whole.
+        unsafe { &*fat(thin) }
+    }
+
+    /// Takes back the count [`Self::into_thin`] gave up.
+    ///
+    /// # Safety
+    ///
+    /// `thin` came from [`Self::into_thin`], and each is taken back once.
+    pub(crate) unsafe fn arc_from_thin(thin: *const RunHead) -> Arc<Run> {
+        // SAFETY: `fat` gives back the pointer `Arc::into_raw` returned (same address, same
+        // metadata), which the caller takes back once.
+        unsafe { Arc::from_raw(fat(thin)) }
     }
 }
 
-/// What changes between a run's versions.
-pub(crate) struct RunState {
-    /// The content hash of each block: inline in a short run, else shared between versions.
-    pub(crate) locals: Locals,
-    /// Identifies the last block as the parent of child runs (see the [module docs](self)):
-    /// a split's tail keeps it (the children stay below that block), and a block that becomes
-    /// a run's last gets a fresh one.
-    pub(crate) tail_id: u64,
-    /// The workers holding every block of the run: bits of the lane's slots, or a sorted list
-    /// (see [`Holders`]); a list is shared like `locals` between versions that differ in
-    /// content only (a split's two halves, a shortened run).
-    pub(crate) members: Holders,
+/// The fat pointer of the version `thin` points at.
+///
+/// # Safety
+///
+/// `thin` points at a live version.
+#[inline]
+unsafe fn fat(thin: *const RunHead) -> *const Run {
+    // SAFETY: `RunOf` is `repr(C)`, so a version's fixed fields lie where a `RunHead`'s do, and
+    // the caller's version is live: its `inline_len` can be read through `thin`, whose
+    // provenance (from the version's `Arc`) covers all of the version.
+    let inline_len = unsafe { (*thin).inline_len } as usize;
+    // A `Run`'s metadata is its inline slice's length, as for a slice of that length.
+    std::ptr::slice_from_raw_parts(thin.cast::<u64>(), inline_len) as *const Run
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::event::Worker;
+
+    fn state(locals: Locals) -> RunState {
+        RunState { locals, tail_id: 9, members: Holders::listed(&[Worker::new(3, 0)]) }
+    }
+
+    /// A version holds just as many hashes inline as its run has (none when they are shared),
+    /// and comes back whole from its thin pointer. Run under miri too (see the README).
+    #[test]
+    fn versions_are_sized_to_their_run() {
+        let values: Vec<u64> = (100..140).collect();
+        for len in 1..=values.len() {
+            let run = Run::new(7, 5, state(Locals::new(&values[..len])));
+            assert_eq!(run.locals(), &values[..len]);
+            assert_eq!((run.len(), run.first(), run.tail_id, run.parent_tail), (len, 100, 9, 5));
+            assert_eq!(run.is_inline(), len <= INLINE, "{len}");
+            let inline = if len <= INLINE { len } else { 0 };
+            assert_eq!(size_of_val(&*run), size_of::<RunHead>() + inline * 8, "{len}");
+            let shared = if len <= INLINE { 0 } else { 16 + len * 8 };
+            assert_eq!(run.bytes(), 16 + size_of_val(&*run) + shared);
+            // Through the thin pointer a slot keeps, and back to the count it gave up.
+            let thin = Run::into_thin(run.clone());
+            assert_eq!(thin, Run::thin(&run));
+            // SAFETY: `thin` holds a count until it is taken back below.
+            let seen = unsafe { Run::from_thin(thin) };
+            assert_eq!((seen.locals(), seen.tail_id), (&values[..len], 9));
+            // SAFETY: from `into_thin`, taken back once.
+            let back = unsafe { Run::arc_from_thin(thin) };
+            assert!(Arc::ptr_eq(&back, &run));
+            assert_eq!(Arc::strong_count(&run), 2);
+        }
+    }
+
+    /// A part of a version is inline when short, shares a long run's allocation while it
+    /// covers more than half of it, and is a copy otherwise.
+    #[test]
+    fn parts_of_a_version_share_or_copy_its_hashes() {
+        let values: Vec<u64> = (0..100).collect();
+        let long = Run::new(1, 0, state(Locals::new(&values)));
+        let short = Run::new(1, 0, state(Locals::new(&values[..8])));
+        let buffer = |locals: &Locals| match locals {
+            Locals::Inline { .. } => None,
+            Locals::Shared { buffer, .. } => Some(buffer.as_ptr()),
+        };
+        let all = long.part(0..long.len());
+        assert_eq!(&*all, &values[..]);
+        assert_eq!(buffer(&all), Some(long.locals().as_ptr()));
+        let head = long.part(0..60);
+        assert_eq!((&*head, buffer(&head)), (&values[..60], Some(long.locals().as_ptr())));
+        let tail = long.part(60..100);
+        assert_eq!(&*tail, &values[60..]);
+        assert!(buffer(&tail).is_some_and(|at| at != long.locals().as_ptr()), "a copy");
+        let few = long.part(50..55);
+        assert_eq!((&*few, buffer(&few)), (&values[50..55], None));
+        let some = short.part(2..6);
+        assert_eq!((&*some, buffer(&some)), (&values[2..6], None));
+        // A version made from a shared part reads through the same allocation.
+        let from_head = Run::new(2, 0, state(head));
+        assert_eq!(from_head.locals().as_ptr(), long.locals().as_ptr());
+        assert_eq!(from_head.locals(), &values[..60]);
+    }
 }

@@ -24,13 +24,15 @@
 //! row. Hints are only ever prefetched, never read through, and the writer stores them apart
 //! from the pointer, so a hint of another version of the run costs a useless prefetch at most.
 //!
-//! Every live slot owns one strong count of its run (`Arc::into_raw`). A removed run's count goes
-//! to the writer's [`Reclaimer`], which gives it back once no pinned reader can hold the pointer.
+//! Every live slot owns one strong count of its run, as the thin pointer [`Run::into_thin`]
+//! gives. A removed run's count goes to the writer's [`Reclaimer`], which gives it back once no
+//! pinned reader can hold the pointer.
 
-use crate::index::run::Run;
+use crate::index::locals::INLINE;
+use crate::index::run::{Run, RunHead};
 use crate::index::worker_slots::WorkerSlots;
 use crate::mix::Mixer;
-use crate::prefetch::{prefetch_all, prefetch_line, prefetch_span};
+use crate::prefetch::{prefetch_line, prefetch_span};
 use crate::sync::epoch::{Guard, Published, Reclaimer};
 use crate::sync::{Arc, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -51,7 +53,7 @@ pub(crate) fn stored_key(key: u64) -> u64 {
 #[repr(align(32))]
 struct Slot {
     key: AtomicU64,
-    run: AtomicPtr<Run>,
+    run: AtomicPtr<RunHead>,
     /// [`Hints`], written before the pointer.
     tail: AtomicU64,
     len: AtomicU32,
@@ -72,17 +74,22 @@ pub(crate) struct Hints {
 
 impl Hints {
     fn of(run: &Run) -> Self {
-        let state = &run.state;
-        let hashes = if state.locals.is_inline() {
+        let hashes = if run.is_inline() {
             0
         } else {
-            let words = (state.locals.as_ptr().addr() as i64)
+            let words = (run.locals().as_ptr().addr() as i64)
                 .wrapping_sub(std::ptr::from_ref(run).addr() as i64)
                 / size_of::<u64>() as i64;
             i32::try_from(words).map_or(0, |words| words as u32)
         };
-        let len = u32::try_from(state.locals.len()).unwrap_or(u32::MAX);
-        Self { tail: state.tail_id, len, hashes }
+        let len = u32::try_from(run.len()).unwrap_or(u32::MAX);
+        Self { tail: run.tail_id, len, hashes }
+    }
+
+    /// The size of the run's version (if these hints are its version's: see [`Run::new`]).
+    fn run_bytes(self) -> usize {
+        let inline = if self.hashes == 0 { (self.len as usize).min(INLINE) } else { 0 };
+        size_of::<RunHead>() + inline * size_of::<u64>()
     }
 
     /// Where the hashes of `run` (the run these hints were read with) start, if hinted: an
@@ -201,11 +208,16 @@ impl<'a> Lookup<'a> {
             // reader can still load, so it outlives the guard the lookup borrows; or when the
             // table drops, which it cannot while the lookup borrows it (`'a` is within both).
             // A tombstone holds null.
-            let Some(run) = (unsafe { run.as_ref() }) else { continue };
+            if run.is_null() {
+                continue;
+            }
             // A run is read whole right after it is found (its identity, then its state and
-            // hashes): its lines' misses overlap rather than follow one another.
-            prefetch_all(run);
+            // hashes): its lines' misses overlap rather than follow one another. Its size is
+            // taken from the hints, as reading it from the run would wait for its first line.
             self.hints = slot.hints();
+            prefetch_span(run.addr(), self.hints.run_bytes());
+            // SAFETY: see above; the pointer is a thin one from `Run::into_thin`.
+            let run = unsafe { Run::from_thin(run) };
             if let Some(hashes) = self.hints.hashes_of(run) {
                 prefetch_span(hashes, HINTED_HASH_BYTES);
             }
@@ -234,16 +246,16 @@ pub(crate) struct RunTable {
 }
 
 /// One strong count of a run, held as the raw pointer a slot stored; dropping it releases it.
-struct OwnedRun(*const Run);
+struct OwnedRun(*const RunHead);
 // SAFETY: the pointer carries one strong count of an `Arc<Run>`, and `Run` is `Send + Sync`, so
 // releasing it on another thread is what dropping that `Arc` there would do.
 unsafe impl Send for OwnedRun {}
 
 impl Drop for OwnedRun {
     fn drop(&mut self) {
-        // SAFETY: the pointer came from `Arc::into_raw`, and each `OwnedRun` is made once per
+        // SAFETY: the pointer came from `Run::into_thin`, and each `OwnedRun` is made once per
         // unlinked pointer, so its count is released exactly once.
-        drop(unsafe { Arc::from_raw(self.0) });
+        drop(unsafe { Run::arc_from_thin(self.0) });
     }
 }
 
@@ -281,7 +293,7 @@ impl RunTableWriter {
         }
         let (slot, found) = self.0.current.load(guard).vacant(key, self.0.mixer);
         slot.set_hints(Hints::of(&run));
-        slot.run.store(Arc::into_raw(run).cast_mut(), Ordering::Release);
+        slot.run.store(Run::into_thin(run), Ordering::Release);
         if found == EMPTY {
             // Published after the pointer: a reader that sees the key sees the run.
             slot.key.store(key, Ordering::Release);
@@ -303,13 +315,13 @@ impl RunTableWriter {
         let slot = self.slot_of(stored_key(key), current, guard);
         slot.set_hints(Hints::of(&next));
         // Release: a reader that loads the pointer sees the version whole.
-        let old = slot.run.swap(Arc::into_raw(next).cast_mut(), Ordering::AcqRel);
+        let old = slot.run.swap(Run::into_thin(next), Ordering::AcqRel);
         retired.retire(Box::new(OwnedRun(old)));
     }
 
     /// The slot holding `run`, published under `key` (as stored).
     fn slot_of<'a>(&'a self, key: u64, run: &Run, guard: &'a Guard) -> &'a Slot {
-        let wanted = std::ptr::from_ref(run).cast_mut();
+        let wanted = Run::thin(run);
         self.0
             .current
             .load(guard)
@@ -451,9 +463,9 @@ mod tests {
     use crate::index::holder_sets::{HolderView, Holders};
     use crate::index::locals::Locals;
     use crate::index::run::RunState;
+    use crate::sync::AtomicBool;
     use crate::sync::epoch::Reclaimer;
     use crate::sync::epoch::pin;
-    use crate::sync::{AtomicBool, AtomicU32};
 
     /// A run hanging from `parent_tail` with content `locals`, marked `tag` (its id and tail
     /// id, and its one holder's id).
@@ -463,7 +475,7 @@ mod tests {
             tail_id: tag,
             members: Holders::listed(&[Worker::new(tag, 0)]),
         };
-        Arc::new(Run { id: AtomicU32::new(tag as u32), parent_tail, state })
+        Run::new(tag as u32, parent_tail, state)
     }
 
     /// A run hanging from `parent_tail`, with content `[key, key + 1]`.
@@ -495,8 +507,8 @@ mod tests {
                     for key in 1..=keys {
                         let guard = pin();
                         if let Some(run) = table.get(key, &guard, any) {
-                            let state = &run.state;
-                            assert_eq!(&*state.locals, &[key, key + 1]);
+                            let state = run;
+                            assert_eq!(state.locals(), &[key, key + 1]);
                             let holder = Worker::new(key, 0);
                             assert!(
                                 matches!(state.members.view(), HolderView::List([w]) if *w == holder)
@@ -567,12 +579,10 @@ mod tests {
                 while !done.load(Ordering::Acquire) {
                     let guard = pin();
                     let run = table.get(1, &guard, any).expect("always published");
-                    let v = run.state.tail_id;
-                    assert_eq!(&*run.state.locals, &[1, v]);
+                    let v = run.tail_id;
+                    assert_eq!(run.locals(), &[1, v]);
                     let holder = Worker::new(v, 0);
-                    assert!(
-                        matches!(run.state.members.view(), HolderView::List([w]) if *w == holder)
-                    );
+                    assert!(matches!(run.members.view(), HolderView::List([w]) if *w == holder));
                     assert!(v >= last, "versions go forward: {v} after {last}");
                     last = v;
                 }
@@ -590,7 +600,7 @@ mod tests {
         done.store(true, Ordering::Release);
         reader.join().unwrap();
         let guard = pin();
-        assert_eq!(table.table().get(1, &guard, any).expect("published").state.tail_id, versions);
+        assert_eq!(table.table().get(1, &guard, any).expect("published").tail_id, versions);
         assert_eq!(table.table().live.load(Ordering::Relaxed), 1);
     }
 
@@ -608,12 +618,11 @@ mod tests {
             let found = lookup.next_candidate().expect("published");
             assert!(std::ptr::eq(found, run));
             let hints = lookup.hints();
-            assert_eq!(
-                (hints.tail, hints.len as usize),
-                (run.state.tail_id, run.state.locals.len())
-            );
-            let hashes = (!run.state.locals.is_inline()).then(|| run.state.locals.as_ptr().addr());
+            assert_eq!((hints.tail, hints.len as usize), (run.tail_id, run.len()));
+            let hashes = (!run.is_inline()).then(|| run.locals().as_ptr().addr());
             assert_eq!(hints.hashes_of(found), hashes, "key {key}");
+            // What a lookup prefetches of the run is all of it.
+            assert_eq!(hints.run_bytes(), size_of_val(run), "key {key}");
         };
         let (short, long_run) = (tagged_run(&[1, 2], 5, 0), tagged_run(&long, 6, 0));
         table.insert(1, short.clone(), &guard, &mut retired);

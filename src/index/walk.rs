@@ -20,7 +20,6 @@
 
 use crate::event::{LocalBlockHash, Worker};
 use crate::index::holder_sets::HolderView;
-use crate::index::locals::Locals;
 use crate::index::run::{ROOT_TAIL, Run};
 use crate::index::run_table::{Lookup, RunTable};
 use crate::index::worker_slots::{SLOTS, WorkerSlots};
@@ -195,19 +194,16 @@ impl<'a> LaneWalk<'a> {
                     self.stage = Stage::Locate;
                     return true;
                 }
-                let state = &run.state;
-                if self.next_for != (state.tail_id, state.locals.len()) {
+                if self.next_for != (run.tail_id, run.len()) {
                     // The hints were of another version: look where this one says.
-                    self.look_past(state.tail_id, state.locals.len(), query, guard);
+                    self.look_past(run.tail_id, run.len(), query, guard);
                 }
-                match &state.locals {
-                    Locals::Shared { .. } => {
-                        prefetch_slice(&state.locals, HASH_LINES);
-                        self.stage = Stage::Visit(run);
-                        true
-                    }
-                    Locals::Inline { .. } => self.visit(run, query, out),
+                if run.is_inline() {
+                    return self.visit(run, query, out);
                 }
+                prefetch_slice(run.locals(), HASH_LINES);
+                self.stage = Stage::Visit(run);
+                true
             }
             Stage::Visit(run) => self.visit(run, query, out),
         }
@@ -235,13 +231,12 @@ impl<'a> LaneWalk<'a> {
             self.stage = Stage::Locate;
             return true;
         }
-        let state = &run.state;
-        let holders = state.members.view();
+        let holders = run.members.view();
         if let HolderView::List(list) = holders {
             // The holders are read after the hashes are compared: their lines load meanwhile.
             prefetch_slice(list, 4);
         }
-        let matched = common_prefix(&state.locals, &query[self.at..]);
+        let matched = common_prefix(run.locals(), &query[self.at..]);
         debug_assert!(matched > 0, "the run starts with the query's next block");
         let depth = self.at as u32;
         let names = self.names;
@@ -278,11 +273,11 @@ impl<'a> LaneWalk<'a> {
             _ => {}
         }
         self.at += matched;
-        if matched < state.locals.len() || self.at == query.len() {
+        if matched < run.len() || self.at == query.len() {
             return false;
         }
         let Some(next) = self.next.take() else { return false };
-        (self.parent, self.local) = (state.tail_id, query[self.at].0);
+        (self.parent, self.local) = (run.tail_id, query[self.at].0);
         self.lookup = next;
         self.stage = Stage::Locate;
         true
@@ -389,10 +384,10 @@ impl Iterator for BitIter {
 mod tests {
     use super::*;
     use crate::index::holder_sets::Holders;
+    use crate::index::locals::Locals;
     use crate::index::run::RunState;
     use crate::index::run_table::RunTableWriter;
     use crate::mix::Mixer;
-    use crate::sync::AtomicU32;
     use crate::sync::epoch::{Reclaimer, pin};
 
     /// Keys may collide (a sender picks content hashes; see `index::run`): a walk that meets
@@ -406,7 +401,7 @@ mod tests {
         let run = |parent_tail: u64, locals: &[u64], tail_id: u64| {
             let members = Holders::listed(&[worker]);
             let state = RunState { locals: Locals::new(locals), tail_id, members };
-            Arc::new(Run { id: AtomicU32::new(0), parent_tail, state })
+            Run::new(0, parent_tail, state)
         };
         let long: Vec<u64> = (12..40).collect();
         let mut decoy = long.clone();
