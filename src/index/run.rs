@@ -301,6 +301,15 @@ mod tests {
             let back = unsafe { Run::arc_from_thin(thin) };
             assert!(Arc::ptr_eq(&back, &run));
             assert_eq!(Arc::strong_count(&run), 2);
+            // A holder change keeps everything else, a long run's hashes where they are.
+            let other = run.with_members(Holders::listed(&[Worker::new(4, 0)]));
+            assert_eq!((other.locals(), other.tail_id, other.parent_tail), (run.locals(), 9, 5));
+            assert_eq!(
+                (other.id.load(Ordering::Relaxed), size_of_val(&*other)),
+                (7, size_of_val(&*run))
+            );
+            assert_eq!(other.locals().as_ptr() == run.locals().as_ptr(), len > INLINE, "{len}");
+            assert!(other.members.holds(Worker::new(4, 0), None));
         }
     }
 
