@@ -86,9 +86,10 @@ impl Hints {
         Self { tail: run.tail_id, len, hashes }
     }
 
-    /// The size of the run's version (if these hints are its version's: see [`Run::new`]).
+    /// The size of the run's version (if these hints are its version's): a run of up to
+    /// [`INLINE`] blocks has them all inline, a longer one none (see [`Run::new`]).
     fn run_bytes(self) -> usize {
-        let inline = if self.hashes == 0 { (self.len as usize).min(INLINE) } else { 0 };
+        let inline = if self.len as usize <= INLINE { self.len as usize } else { 0 };
         size_of::<RunHead>() + inline * size_of::<u64>()
     }
 
@@ -507,11 +508,10 @@ mod tests {
                     for key in 1..=keys {
                         let guard = pin();
                         if let Some(run) = table.get(key, &guard, any) {
-                            let state = run;
-                            assert_eq!(state.locals(), &[key, key + 1]);
+                            assert_eq!(run.locals(), &[key, key + 1]);
                             let holder = Worker::new(key, 0);
                             assert!(
-                                matches!(state.members.view(), HolderView::List([w]) if *w == holder)
+                                matches!(run.members.view(), HolderView::List([w]) if *w == holder)
                             );
                             found += 1;
                         }
