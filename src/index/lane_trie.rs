@@ -32,7 +32,7 @@ use crate::sync::{Arc, Ordering};
 pub(crate) type NodeId = u32;
 
 /// The parent of root runs.
-const ROOT: RunId = RunId::MAX;
+const ROOT: NodeId = NodeId::MAX;
 
 /// Reused buffers keep their allocation up to this many entries.
 pub(crate) const BUFFER_KEEP: usize = 4096;
@@ -70,9 +70,11 @@ struct NodePos {
 
 struct RunMeta {
     run: Arc<Run>,
-    /// The run whose last node is this run's first node's parent, or [`ROOT`].
-    parent: RunId,
-    children: Vec<RunId>,
+    /// The node this run's first node hangs below (its parent run's last), or [`ROOT`]. A node,
+    /// not a run: a split moves a run's last node to a new run, and its children need not know.
+    parent: NodeId,
+    /// How many runs hang below this run's last node.
+    children: u32,
     /// The node at each offset.
     ids: NodeIds,
 }
@@ -236,7 +238,13 @@ impl LaneTrie {
         if pos.offset > 0 {
             return Some(meta.ids.get(pos.offset as usize - 1));
         }
-        (meta.parent != ROOT).then(|| self.meta(meta.parent).ids.last())
+        (meta.parent != ROOT).then_some(meta.parent)
+    }
+
+    /// The run `run` hangs below, `None` for a root run.
+    fn parent_run(&self, run: RunId) -> Option<RunId> {
+        let parent = self.meta(run).parent;
+        (parent != ROOT).then(|| self.nodes[parent as usize].run)
     }
 
     /// Whether `worker` holds `node`.
@@ -300,17 +308,17 @@ impl LaneTrie {
         if locals.is_empty() {
             return;
         }
-        let parent = match at {
-            None => ROOT,
-            Some(node) => {
-                let pos = self.nodes[node as usize];
-                if pos.offset as usize + 1 < self.meta(pos.run).ids.len() {
-                    self.split(pos.run, pos.offset + 1, guard);
-                }
-                pos.run
+        // The run that ends at `at`, once split there.
+        let parent = at.map(|node| {
+            let pos = self.nodes[node as usize];
+            if pos.offset as usize + 1 < self.meta(pos.run).ids.len() {
+                self.split(pos.run, pos.offset + 1, guard);
             }
-        };
-        if parent != ROOT && self.extends_in_place(parent, worker, locals.len(), guard) {
+            pos.run
+        });
+        if let Some(parent) = parent
+            && self.extends_in_place(parent, worker, locals.len(), guard)
+        {
             let state = self.state(parent, guard);
             let offset = state.len();
             let mut joined = std::mem::take(&mut self.joined);
@@ -336,11 +344,11 @@ impl LaneTrie {
                 members: self.holder_sets.solo(worker, self.table.table().names()),
             };
             let parent_tail = match parent {
-                ROOT => ROOT_TAIL,
-                parent => self.state(parent, guard).tail_id,
+                None => ROOT_TAIL,
+                Some(parent) => self.state(parent, guard).tail_id,
             };
             let ids = NodeIds::new(ids);
-            self.add_run(parent, parent_tail, state, ids, Vec::new(), guard);
+            self.add_run(at.unwrap_or(ROOT), parent_tail, state, ids, 0, guard);
         }
     }
 
@@ -349,7 +357,7 @@ impl LaneTrie {
         let meta = self.meta(run);
         let state = self.state(run, guard);
         let have = state.len();
-        meta.children.is_empty()
+        meta.children == 0
             && state.members.is_only(worker, self.holder_sets.slot_of(worker))
             && (have + len <= COPY_APPEND_LIMIT || have <= 4 * len)
             && have + len <= self.limits.max_run_blocks
@@ -426,7 +434,7 @@ impl LaneTrie {
         let state = self.state(run, g);
         let len = state.len() as u32;
         let last_holder = state.members.len() == 1;
-        if last + 1 == len && last_holder && self.meta(run).children.is_empty() {
+        if last + 1 == len && last_holder && self.meta(run).children == 0 {
             // Nothing holds or hangs below the stretch any more: cut it off.
             if first == 0 {
                 self.remove_run(run, g);
@@ -458,6 +466,8 @@ impl LaneTrie {
         let meta = self.meta_mut(run);
         let ids = meta.ids.split_off(at);
         meta.ids.shrink();
+        let head_last = meta.ids.last();
+        // The tail takes the children (they hang below its last node), and the head has one.
         let children = std::mem::take(&mut meta.children);
         // The tail keeps the last block's tail id (the children stay below it); the head's
         // new last block gets a fresh one, which the tail hangs from.
@@ -468,7 +478,7 @@ impl LaneTrie {
         };
         let head_tail = self.fresh_tail();
         // The tail is findable before the head stops covering it.
-        let new = self.add_run(run, head_tail, tail, ids, children, guard);
+        let new = self.add_run(head_last, head_tail, tail, ids, children, guard);
         let head = RunState {
             locals: state.part(0..at),
             tail_id: head_tail,
@@ -539,16 +549,17 @@ impl LaneTrie {
         }
     }
 
-    /// Registers and publishes a run below `parent`, whose last block has the tail id
-    /// `parent_tail` (then, or once the caller publishes it).
+    /// Registers and publishes a run below the node `parent` (or [`ROOT`]), whose tail id is
+    /// `parent_tail` (then, or once the caller publishes it), with `children` runs below its
+    /// last node.
     #[allow(clippy::too_many_arguments)] // the parts of one run, each built by the caller
     fn add_run(
         &mut self,
-        parent: RunId,
+        parent: NodeId,
         parent_tail: u64,
         state: RunState,
         ids: NodeIds,
-        children: Vec<RunId>,
+        children: u32,
         guard: &Guard,
     ) -> RunId {
         let id = match self.free_runs.pop() {
@@ -559,15 +570,13 @@ impl LaneTrie {
             let pos = &mut self.nodes[node as usize];
             (pos.run, pos.offset) = (id, offset as u32);
         }
-        for &child in &children {
-            self.meta_mut(child).parent = id;
-        }
         let run = Run::new(id, parent_tail, state);
         let key = self.table.table().key_of(&run);
         self.table.insert(key, run.clone(), guard, &mut self.retired);
         self.runs[id as usize] = Some(RunMeta { run, parent, children, ids });
         if parent != ROOT {
-            self.meta_mut(parent).children.push(id);
+            let parent = self.nodes[parent as usize].run;
+            self.meta_mut(parent).children += 1;
         }
         id
     }
@@ -580,14 +589,13 @@ impl LaneTrie {
             let key = self.table.table().key_of(&meta.run);
             self.table.remove(key, &meta.run, guard, &mut self.retired);
             self.free_nodes.extend(meta.ids.iter());
-            let parent = meta.parent;
-            if parent == ROOT {
+            if meta.parent == ROOT {
                 return;
             }
+            let parent = self.nodes[meta.parent as usize].run;
             let siblings = &mut self.meta_mut(parent).children;
-            let at = siblings.iter().position(|&child| child == run).expect("a child");
-            siblings.swap_remove(at);
-            if !siblings.is_empty() || !self.state(parent, guard).members.is_empty() {
+            *siblings -= 1;
+            if *siblings > 0 || !self.state(parent, guard).members.is_empty() {
                 return;
             }
             run = parent;
@@ -606,11 +614,9 @@ impl LaneTrie {
     /// caller renames the nodes it refers to.
     pub(crate) fn compact(&mut self) -> Vec<NodeId> {
         let mut node_map = vec![NodeId::MAX; self.nodes.len()];
-        let mut run_map = vec![ROOT; self.runs.len()];
         let mut runs: ChunkedVec<Option<RunMeta>> = ChunkedVec::default();
-        for (old, meta) in self.runs.iter_mut().enumerate() {
+        for meta in self.runs.iter_mut() {
             if let Some(meta) = meta.take() {
-                run_map[old] = runs.len() as RunId;
                 runs.push(Some(meta));
             }
         }
@@ -618,10 +624,6 @@ impl LaneTrie {
         for (id, meta) in runs.iter_mut().enumerate() {
             let meta = meta.as_mut().expect("compacted runs are live");
             meta.run.id.store(id as RunId, Ordering::Relaxed);
-            if meta.parent != ROOT {
-                meta.parent = run_map[meta.parent as usize];
-            }
-            meta.children.iter_mut().for_each(|child| *child = run_map[*child as usize]);
             let first = nodes.len() as NodeId;
             for (offset, node) in meta.ids.iter().enumerate() {
                 let name = self.nodes[node as usize].name;
@@ -630,6 +632,12 @@ impl LaneTrie {
             }
             // Renumbered in order: every run's ids are a span now.
             meta.ids = NodeIds::Span { first, len: meta.ids.len() as u32 };
+        }
+        // Parents by their new ids, now that every node has one.
+        for meta in runs.iter_mut().flatten() {
+            if meta.parent != ROOT {
+                meta.parent = node_map[meta.parent as usize];
+            }
         }
         self.runs = runs;
         self.nodes = nodes;
@@ -644,12 +652,7 @@ impl LaneTrie {
             .runs
             .iter()
             .flatten()
-            .map(|meta| {
-                meta.run.bytes()
-                    + meta.run.members.own_bytes()
-                    + meta.children.capacity() * 4
-                    + meta.ids.heap_bytes()
-            })
+            .map(|meta| meta.run.bytes() + meta.run.members.own_bytes() + meta.ids.heap_bytes())
             .sum();
         runs + self.holder_sets.bytes()
             + self.runs.bytes()
@@ -679,15 +682,17 @@ impl SeqHashes<'_> {
     fn hash_run(&mut self, run: RunId) {
         let trie = self.trie;
         let mut pending = Vec::new();
-        let mut up = run;
-        while up != ROOT && !self.runs.contains_key(&up) {
-            pending.push(up);
-            up = trie.meta(up).parent;
+        let mut up = Some(run);
+        while let Some(at) = up
+            && !self.runs.contains_key(&at)
+        {
+            pending.push(at);
+            up = trie.parent_run(at);
         }
         for run in pending.into_iter().rev() {
-            let parent = trie.meta(run).parent;
-            let mut seq = (parent != ROOT)
-                .then(|| SequenceHash(*self.runs[&parent].last().expect("non-empty")));
+            let mut seq = trie
+                .parent_run(run)
+                .map(|parent| SequenceHash(*self.runs[&parent].last().expect("non-empty")));
             let seqs = trie.state(run, self.guard).locals().iter().map(|&local| {
                 let next = next_sequence_hash(seq, LocalBlockHash(local));
                 seq = Some(next);
