@@ -362,9 +362,8 @@ impl EventPool {
         Ok(parts.into_iter().flatten().collect())
     }
 
-    /// Counters and sizes. Entry, node and run counts and worker-map bytes are as of each
-    /// lane's last idle moment (exact after [`Self::flush`]); a lane's tree bytes are recounted
-    /// once its tree may have changed by a sixteenth, so they lag by less than that.
+    /// Counters and sizes. Entries, nodes, runs and bytes are as of each lane's last idle
+    /// moment (exact after [`Self::flush`]).
     pub fn stats(&self) -> PoolStats {
         let mut stats = PoolStats::default();
         for counters in &self.counters {

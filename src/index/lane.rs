@@ -94,12 +94,6 @@ pub(crate) struct IndexLane {
     spent: Vec<SpentList>,
     spent_out: Arc<Handback<SpentList>>,
     applied: usize,
-    /// The tree's heap bytes as last counted, and the block operations applied since: counting
-    /// walks every run, so the lane recounts only once the tree may have changed by a
-    /// sixteenth (an idle lane used to recount after every batch; an inline lane, after every
-    /// event).
-    trie_bytes: usize,
-    ops_since_count: usize,
     /// The most allocator room to reserve at once (0: none), and the tree size at which to
     /// reserve next (see [`Self::reserve_heap_as_it_grows`]).
     heap_reserve: usize,
@@ -141,10 +135,6 @@ impl Lane for IndexLane {
         }
         LaneCounters::bump(&self.counters.events, 1);
         LaneCounters::bump(&self.counters.block_ops, ops);
-        // A `Cleared` drops a whole worker with no block listed: recount.
-        let cleared = matches!(event.event.data, KvEventData::Cleared);
-        let ops = if cleared { usize::MAX } else { ops as usize };
-        self.ops_since_count = self.ops_since_count.saturating_add(ops);
         self.spent.extend(SpentList::of(event));
         self.applied += 1;
     }
@@ -201,7 +191,6 @@ impl Lane for IndexLane {
             *buffer = Vec::new();
         }
         (self.fresh, self.appended, self.last_existing) = (Vec::new(), Vec::new(), None);
-        self.ops_since_count = usize::MAX;
         self.publish_sizes();
         self.gone.extend(&cleared);
         let restart = LaneRestart { lane: self.lane, at: std::time::SystemTime::now(), cleared };
@@ -253,8 +242,6 @@ impl IndexLane {
             spent: Vec::new(),
             spent_out,
             applied: 0,
-            trie_bytes: 0,
-            ops_since_count: usize::MAX,
             heap_reserve: 0,
             reserve_at: HEAP_RESERVE_FROM,
             path: Vec::new(),
@@ -492,7 +479,6 @@ impl IndexLane {
         }
         self.gone.extend(&doomed);
         self.trim();
-        self.ops_since_count = usize::MAX;
         self.publish_sizes();
         doomed
     }
@@ -549,11 +535,8 @@ impl IndexLane {
 
     fn publish_sizes(&mut self) {
         let entries: usize = self.workers.values().map(HeldBlocks::len).sum();
-        if self.ops_since_count >= (self.trie.node_count() / 16).max(256) {
-            self.trie_bytes = self.trie.bytes(&epoch::pin());
-            self.ops_since_count = 0;
-        }
-        let bytes = self.workers.values().map(HeldBlocks::bytes).sum::<usize>() + self.trie_bytes;
+        let trie_bytes = self.trie.bytes(&epoch::pin());
+        let bytes = self.workers.values().map(HeldBlocks::bytes).sum::<usize>() + trie_bytes;
         self.counters.entries.store(entries as u64, Ordering::Relaxed);
         self.counters.nodes.store(self.trie.node_count() as u64, Ordering::Relaxed);
         self.counters.runs.store(self.trie.run_count() as u64, Ordering::Relaxed);

@@ -96,7 +96,20 @@ pub(crate) struct LaneTrie {
     retired: Reclaimer,
     /// The next tail id to give out (never reused; [`ROOT_TAIL`] is below the first).
     next_tail: u64,
+    /// The live runs' heap bytes ([`run_heap_bytes`]), kept as runs change so that
+    /// [`Self::bytes`] need not walk them.
+    run_bytes: usize,
     limits: TrieLimits,
+}
+
+/// What a run's version holds on the heap: itself, its shared hashes and its own holder list.
+fn version_bytes(run: &Run) -> usize {
+    run.bytes() + run.members.own_bytes()
+}
+
+/// What a run holds on the heap besides its record: its version and its node id list.
+fn run_heap_bytes(meta: &RunMeta) -> usize {
+    version_bytes(&meta.run) + meta.ids.heap_bytes()
 }
 
 impl LaneTrie {
@@ -118,6 +131,7 @@ impl LaneTrie {
             holder_sets: HolderSets::default(),
             retired: Reclaimer::default(),
             next_tail: ROOT_TAIL + 1,
+            run_bytes: 0,
             limits,
         }
     }
@@ -165,6 +179,7 @@ impl LaneTrie {
         self.nodes = ChunkedVec::default();
         self.free_nodes = Vec::new();
         self.holder_sets.forget_all(&mut self.retired);
+        self.run_bytes = 0;
         self.joined = Vec::new();
         self.spots = Vec::new();
     }
@@ -333,7 +348,10 @@ impl LaneTrie {
             // A new last block: children of the old one (none yet) must not find it.
             let tail_id = self.fresh_tail();
             let meta = self.meta_mut(parent);
+            let ids_before = meta.ids.heap_bytes();
             meta.ids.extend(ids);
+            let ids_after = meta.ids.heap_bytes();
+            self.run_bytes = self.run_bytes + ids_after - ids_before;
             let locals = Locals::new(&joined);
             self.joined = joined;
             self.publish(parent, RunState { locals, tail_id, members }, guard);
@@ -464,11 +482,14 @@ impl LaneTrie {
         let state = self.state(run, guard);
         let at = offset as usize;
         let meta = self.meta_mut(run);
+        let ids_before = meta.ids.heap_bytes();
         let ids = meta.ids.split_off(at);
         meta.ids.shrink();
         let head_last = meta.ids.last();
         // The tail takes the children (they hang below its last node), and the head has one.
         let children = std::mem::take(&mut meta.children);
+        let ids_after = meta.ids.heap_bytes();
+        self.run_bytes = self.run_bytes + ids_after - ids_before;
         // The tail keeps the last block's tail id (the children stay below it); the head's
         // new last block gets a fresh one, which the tail hangs from.
         let tail = RunState {
@@ -493,8 +514,11 @@ impl LaneTrie {
         let state = self.state(run, guard);
         let at = len as usize;
         let meta = self.meta_mut(run);
+        let ids_before = meta.ids.heap_bytes();
         let dropped = meta.ids.split_off(at);
         meta.ids.shrink();
+        let ids_after = meta.ids.heap_bytes();
+        self.run_bytes = self.run_bytes + ids_after - ids_before;
         let head = RunState {
             locals: state.part(0..at),
             // A new last block (see `append`).
@@ -515,6 +539,7 @@ impl LaneTrie {
     fn put_version(&mut self, run: RunId, next: Arc<Run>, guard: &Guard) {
         let meta = self.runs[run as usize].as_mut().expect("live run");
         let current = &meta.run;
+        self.run_bytes = self.run_bytes + version_bytes(&next) - version_bytes(current);
         let key = self.table.table().key_of(current);
         self.table.replace(key, current, next.clone(), guard, &mut self.retired);
         meta.run = next;
@@ -573,7 +598,9 @@ impl LaneTrie {
         let run = Run::new(id, parent_tail, state);
         let key = self.table.table().key_of(&run);
         self.table.insert(key, run.clone(), guard, &mut self.retired);
-        self.runs[id as usize] = Some(RunMeta { run, parent, children, ids });
+        let meta = RunMeta { run, parent, children, ids };
+        self.run_bytes += run_heap_bytes(&meta);
+        self.runs[id as usize] = Some(meta);
         if parent != ROOT {
             let parent = self.nodes[parent as usize].run;
             self.meta_mut(parent).children += 1;
@@ -585,6 +612,7 @@ impl LaneTrie {
     fn remove_run(&mut self, mut run: RunId, guard: &Guard) {
         loop {
             let meta = self.runs[run as usize].take().expect("live run");
+            self.run_bytes -= run_heap_bytes(&meta);
             self.free_runs.push(run);
             let key = self.table.table().key_of(&meta.run);
             self.table.remove(key, &meta.run, guard, &mut self.retired);
@@ -643,18 +671,25 @@ impl LaneTrie {
         self.nodes = nodes;
         self.free_runs = Vec::new();
         self.free_nodes = Vec::new();
+        // Every run's ids are a span now, with no list on the heap.
+        self.run_bytes = self.walked_run_bytes();
         node_map
     }
 
-    /// Heap bytes: the runs (shared and private parts), the node positions and the table.
+    /// [`Self::run_bytes`] counted afresh: a walk over every run.
+    fn walked_run_bytes(&self) -> usize {
+        self.runs.iter().flatten().map(run_heap_bytes).sum()
+    }
+
+    /// Heap bytes: the runs (shared and private parts), the node positions and the table. Cheap
+    /// (no walk over the runs), so the lane can publish it exactly whenever it is idle.
     pub(crate) fn bytes(&self, guard: &Guard) -> usize {
-        let runs: usize = self
-            .runs
-            .iter()
-            .flatten()
-            .map(|meta| meta.run.bytes() + meta.run.members.own_bytes() + meta.ids.heap_bytes())
-            .sum();
-        runs + self.holder_sets.bytes()
+        // Debug builds check the kept count against a walk while that is cheap.
+        if cfg!(debug_assertions) && self.runs.len() <= 4096 {
+            assert_eq!(self.run_bytes, self.walked_run_bytes(), "kept run bytes");
+        }
+        self.run_bytes
+            + self.holder_sets.bytes()
             + self.runs.bytes()
             + (self.free_runs.capacity() + self.free_nodes.capacity()) * 4
             + self.nodes.bytes()
