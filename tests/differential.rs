@@ -120,3 +120,55 @@ fn lanes_walked_in_turn_by_lists_and_by_bits() {
             .unwrap_or_else(|e| panic!("{lanes} lanes, {workers} workers: {e}"));
     }
 }
+
+/// A mass removal compacts a lane's branching tree (its nodes and runs renumbered); the parents
+/// its runs record survive that: later removals prune through them, and snapshots and dumps
+/// rebuild the reference's state.
+#[test]
+fn compaction_keeps_a_branching_tree() {
+    use kvroute::{LocalBlockHash, RouterEvent, SequenceHash, StoredBlock, Worker};
+    let name = |id: u64, local: u64| id * 1_000_000 + local;
+    // `locals` stored by worker `id` below its block `parent`.
+    let store = |id: u64, parent: Option<u64>, locals: &[u64]| {
+        let blocks = locals.iter().map(|&l| StoredBlock::new(l, name(id, l))).collect();
+        let parent = parent.map(|p| SequenceHash(name(id, p)));
+        Op::Event(RouterEvent::stored(Worker::new(id, 0), 0, parent, blocks))
+    };
+    // Tail first, as engines list evictions.
+    let removed = |id: u64, locals: &[u64]| {
+        let hashes = locals.iter().rev().map(|&l| SequenceHash(name(id, l))).collect();
+        Op::Event(RouterEvent::removed(Worker::new(id, 0), 0, hashes))
+    };
+    let range = |from: u64, to: u64| (from..=to).collect::<Vec<_>>();
+    let ops = [
+        store(1, None, &range(1, 3000)),
+        store(2, None, &range(1, 600)),
+        store(2, Some(600), &range(5000, 5100)),
+        store(3, None, &range(1, 300)),
+        store(3, Some(300), &range(7000, 7050)),
+        // Most of the tree goes: the lane compacts.
+        removed(1, &range(301, 3000)),
+        // Worker 2's branch, then the stretch only it holds: pruned up to worker 3's fork.
+        removed(2, &range(5000, 5100)),
+        removed(2, &range(301, 600)),
+        // And a new branch at the fork.
+        store(2, Some(300), &range(9000, 9010)),
+    ];
+    let query = |parts: &[(u64, u64)]| {
+        let locals = parts.iter().flat_map(|&(from, to)| from..=to);
+        locals.map(LocalBlockHash).collect::<Vec<_>>()
+    };
+    let queries = [
+        query(&[(1, 3000)]),
+        query(&[(1, 600), (5000, 5100)]),
+        query(&[(1, 300), (7000, 7050)]),
+        query(&[(1, 300), (9000, 9010)]),
+    ];
+    for lanes in [1, 2] {
+        // Up to each op, so every stage is checked, compaction included.
+        for end in 1..=ops.len() {
+            check_ops_on(lanes, &ops[..end], &queries)
+                .unwrap_or_else(|e| panic!("{lanes} lanes, {end} ops: {e}"));
+        }
+    }
+}
