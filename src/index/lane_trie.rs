@@ -347,11 +347,7 @@ impl LaneTrie {
             let members = state.members.clone();
             // A new last block: children of the old one (none yet) must not find it.
             let tail_id = self.fresh_tail();
-            let meta = self.meta_mut(parent);
-            let ids_before = meta.ids.heap_bytes();
-            meta.ids.extend(ids);
-            let ids_after = meta.ids.heap_bytes();
-            self.run_bytes = self.run_bytes + ids_after - ids_before;
+            self.change_ids(parent, |run_ids| run_ids.extend(ids));
             let locals = Locals::new(&joined);
             self.joined = joined;
             self.publish(parent, RunState { locals, tail_id, members }, guard);
@@ -481,15 +477,11 @@ impl LaneTrie {
     fn split(&mut self, run: RunId, offset: u32, guard: &Guard) -> RunId {
         let state = self.state(run, guard);
         let at = offset as usize;
+        let ids = self.cut_ids(run, at);
         let meta = self.meta_mut(run);
-        let ids_before = meta.ids.heap_bytes();
-        let ids = meta.ids.split_off(at);
-        meta.ids.shrink();
         let head_last = meta.ids.last();
         // The tail takes the children (they hang below its last node), and the head has one.
         let children = std::mem::take(&mut meta.children);
-        let ids_after = meta.ids.heap_bytes();
-        self.run_bytes = self.run_bytes + ids_after - ids_before;
         // The tail keeps the last block's tail id (the children stay below it); the head's
         // new last block gets a fresh one, which the tail hangs from.
         let tail = RunState {
@@ -513,12 +505,7 @@ impl LaneTrie {
     fn truncate(&mut self, run: RunId, len: u32, guard: &Guard) {
         let state = self.state(run, guard);
         let at = len as usize;
-        let meta = self.meta_mut(run);
-        let ids_before = meta.ids.heap_bytes();
-        let dropped = meta.ids.split_off(at);
-        meta.ids.shrink();
-        let ids_after = meta.ids.heap_bytes();
-        self.run_bytes = self.run_bytes + ids_after - ids_before;
+        let dropped = self.cut_ids(run, at);
         let head = RunState {
             locals: state.part(0..at),
             // A new last block (see `append`).
@@ -527,6 +514,24 @@ impl LaneTrie {
         };
         self.publish(run, head, guard);
         self.free_nodes.extend(dropped.iter());
+    }
+
+    /// Changes the node ids of `run` by `change`, keeping [`Self::run_bytes`].
+    fn change_ids<R>(&mut self, run: RunId, change: impl FnOnce(&mut NodeIds) -> R) -> R {
+        let ids = &mut self.runs[run as usize].as_mut().expect("live run").ids;
+        let before = ids.heap_bytes();
+        let changed = change(ids);
+        self.run_bytes = self.run_bytes + ids.heap_bytes() - before;
+        changed
+    }
+
+    /// Cuts the node ids of `run` before offset `at`; returns the ids cut off.
+    fn cut_ids(&mut self, run: RunId, at: usize) -> NodeIds {
+        self.change_ids(run, |ids| {
+            let cut = ids.split_off(at);
+            ids.shrink();
+            cut
+        })
     }
 
     /// Replaces the state of `run` with a new version in its slot; the old one is retired.
