@@ -348,7 +348,7 @@ impl IndexLane {
         self.fresh.clear();
         self.appended.clear();
         self.reserved.clear();
-        let mut at = start;
+        let mut at = self.trie.cursor(worker, start, guard);
         // Blocks from this index on have no node yet (once one has none, neither has its child).
         let mut new_from = blocks.len();
         let mut rejected = None;
@@ -357,7 +357,7 @@ impl IndexLane {
                 held.prefetch(ahead.hash.0);
             }
             let next = match index < new_from {
-                true => self.trie.next(at, block.local.0, guard),
+                true => self.trie.step(&mut at, block.local.0, guard),
                 false => None,
             };
             let node = match next {
@@ -377,7 +377,7 @@ impl IndexLane {
                 // An existing node's new name; not one block under two names.
                 (None, Some(node)) => {
                     self.fresh.push(block.hash.0);
-                    let named_before = self.trie.holds(node, worker, guard);
+                    let named_before = self.trie.holds_at(&mut at);
                     if !named_before {
                         self.path.push(node);
                     }
@@ -388,11 +388,8 @@ impl IndexLane {
                 rejected = Some(index);
                 break;
             }
-            if next.is_some() {
-                at = next;
-            }
         }
-        self.last_existing = at;
+        self.last_existing = at.node();
         match rejected {
             None => {
                 self.appended.extend(blocks[new_from..].iter().map(|block| block.local.0));

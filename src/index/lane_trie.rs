@@ -79,6 +79,23 @@ struct RunMeta {
     ids: NodeIds,
 }
 
+/// Where one worker's walk down a lane's tree stands ([`LaneTrie::cursor`], [`LaneTrie::step`]):
+/// a node with its run, its offset there and the run's version (kept alive by the walk's
+/// guard), or the root; and, once asked, whether the worker holds that run (holders change a
+/// run at a time, so the answer lasts until the walk leaves the run).
+pub(crate) struct Cursor<'g> {
+    worker: Worker,
+    at: Option<(NodeId, RunId, u32, &'g Run)>,
+    holds: Option<bool>,
+}
+
+impl Cursor<'_> {
+    /// The node, `None` at the root.
+    pub(crate) fn node(&self) -> Option<NodeId> {
+        self.at.map(|(node, ..)| node)
+    }
+}
+
 /// See the [module docs](self).
 pub(crate) struct LaneTrie {
     table: RunTableWriter,
@@ -262,23 +279,40 @@ impl LaneTrie {
         (parent != ROOT).then(|| self.nodes[parent as usize].run)
     }
 
-    /// Whether `worker` holds `node`.
-    pub(crate) fn holds(&self, node: NodeId, worker: Worker, guard: &Guard) -> bool {
-        let slot = self.holder_sets.slot_of(worker);
-        self.state(self.nodes[node as usize].run, guard).members.holds(worker, slot)
+    /// `worker`'s walk, at `node` (the root if `None`), for [`Self::step`].
+    pub(crate) fn cursor<'g>(
+        &self,
+        worker: Worker,
+        node: Option<NodeId>,
+        guard: &'g Guard,
+    ) -> Cursor<'g> {
+        let at = node.map(|node| {
+            let pos = self.nodes[node as usize];
+            (node, pos.run, pos.offset, self.state(pos.run, guard))
+        });
+        Cursor { worker, at, holds: None }
     }
 
-    /// The child of `at` (the root if `None`) with content `local`, if it exists.
-    pub(crate) fn next(&self, at: Option<NodeId>, local: u64, guard: &Guard) -> Option<NodeId> {
-        let parent_tail = match at {
+    /// Moves `cursor` to the child of its node with content `local` and returns it, if it
+    /// exists (else the cursor stays). Inside a run that reads the run's version at hand, not
+    /// the node's position and the run's record again.
+    pub(crate) fn step<'g>(
+        &self,
+        cursor: &mut Cursor<'g>,
+        local: u64,
+        guard: &'g Guard,
+    ) -> Option<NodeId> {
+        let parent_tail = match cursor.at {
             None => ROOT_TAIL,
-            Some(node) => {
-                let pos = self.nodes[node as usize];
-                let state = self.state(pos.run, guard);
-                let offset = pos.offset as usize + 1;
+            Some((_, run, offset, state)) => {
+                let offset = offset as usize + 1;
                 if offset < state.len() {
-                    let ids = &self.meta(pos.run).ids;
-                    return (state.locals()[offset] == local).then(|| ids.get(offset));
+                    if state.locals()[offset] != local {
+                        return None;
+                    }
+                    let node = self.meta(run).ids.get(offset);
+                    cursor.at = Some((node, run, offset as u32, state));
+                    return Some(node);
                 }
                 state.tail_id
             }
@@ -286,7 +320,19 @@ impl LaneTrie {
         let table = self.table.table();
         let key = table.key(parent_tail, local);
         let run = table.get(key, guard, |run| run.is_child(parent_tail, local))?;
-        Some(self.meta(run.id.load(Ordering::Relaxed)).ids.get(0))
+        let run = run.id.load(Ordering::Relaxed);
+        let node = self.meta(run).ids.get(0);
+        (cursor.at, cursor.holds) = (Some((node, run, 0, self.state(run, guard))), None);
+        Some(node)
+    }
+
+    /// Whether the cursor's worker holds the node it is at (not the root).
+    pub(crate) fn holds_at(&self, cursor: &mut Cursor<'_>) -> bool {
+        let Some((_, _, _, state)) = cursor.at else { return false };
+        *cursor.holds.get_or_insert_with(|| {
+            let worker = cursor.worker;
+            state.members.holds(worker, self.holder_sets.slot_of(worker))
+        })
     }
 
     /// Makes `worker` a holder of `path`: consecutive nodes of one branch (skipping ones it
