@@ -123,9 +123,14 @@ pub(crate) fn tag_of(mixed: u64) -> u32 {
 #[inline]
 fn buckets_of(tag: u32, mask: usize) -> (usize, usize) {
     let first = (tag >> 1) as usize & mask;
+    (first, first ^ (flip_of(tag) & mask))
+}
+
+/// What a tag's second bucket flips of its first (the bits the table's mask keeps of it).
+#[inline]
+fn flip_of(tag: u32) -> usize {
     let mixed = u64::from(tag).wrapping_mul(0x9FB2_1C65_1E98_DF25) >> 32;
-    let flip = (mixed as usize | 1) & mask;
-    (first, first ^ flip)
+    mixed as usize | 1
 }
 
 /// See the [module docs](self).
@@ -345,21 +350,24 @@ impl TagMap {
         }
         assert!(n < 1 << 31, "a worker map past 2^31 buckets");
         let mut buckets = vec![Bucket::EMPTY; 2 * n];
-        let (old_mask, new_mask) = (n - 1, 2 * n - 1);
-        for (at, old) in self.buckets.iter().enumerate() {
-            let mut filled = [0; 2];
+        let (lower, upper) = buckets.split_at_mut(n);
+        for (at, ((old, low), high)) in self.buckets.iter().zip(lower).zip(upper).enumerate() {
+            let (mut lows, mut highs) = (0, 0);
             for (&tag, &node) in old.tags.iter().zip(&old.nodes) {
                 if tag == FREE {
                     continue;
                 }
-                let (first, second) = buckets_of(tag, new_mask);
-                let to = if first & old_mask == at { first } else { second };
-                debug_assert_eq!(to & old_mask, at, "an entry stays in its role");
-                let half = usize::from(to != at);
-                let bucket = &mut buckets[to];
-                bucket.tags[filled[half]] = tag;
-                bucket.nodes[filled[half]] = node;
-                filled[half] += 1;
+                // The entry's bucket in its role gains bit `n`; set, it moves to the upper half.
+                let first = (tag >> 1) as usize;
+                let role = if first & (n - 1) == at { 0 } else { flip_of(tag) };
+                debug_assert_eq!((first ^ role) & (n - 1), at, "an entry stays in its role");
+                if (first ^ role) & n == 0 {
+                    (low.tags[lows % WAYS], low.nodes[lows % WAYS]) = (tag, node);
+                    lows += 1;
+                } else {
+                    (high.tags[highs % WAYS], high.nodes[highs % WAYS]) = (tag, node);
+                    highs += 1;
+                }
             }
         }
         self.buckets = buckets.into();
