@@ -16,6 +16,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::event::{ApplyError, ApplyErrorKind, KvEventData, RouterEvent, SequenceHash};
 use crate::event::{StoredBlock, Worker, WorkerId};
+use crate::index::chain::{Chain, PREFETCH_AHEAD};
 use crate::index::handback::Handback;
 use crate::index::held_blocks::HeldBlocks;
 use crate::index::lane_trie::{LaneTrie, NodeId, shed};
@@ -28,11 +29,6 @@ use crate::pool::Lane;
 use crate::prefetch::prefetch_slice;
 use crate::sync::epoch::{self, Guard};
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering};
-
-/// How many blocks ahead of the one being applied the worker map's buckets are prefetched: the
-/// lookups of an event are independent, and asking for their lines early overlaps the misses a
-/// little more than the processor does on its own (about 5% at `--dup 4` on the ingest tool).
-const PREFETCH_AHEAD: usize = 8;
 
 /// A lane reserves allocator room (see [`IndexLane::reserve_heap_as_it_grows`]) when its tree
 /// first holds this many blocks (about a megabyte of index), and again at each doubling.
@@ -98,15 +94,9 @@ pub(crate) struct IndexLane {
     /// reserve next (see [`Self::reserve_heap_as_it_grows`]).
     heap_reserve: usize,
     reserve_at: usize,
-    /// Reused buffers of one event: existing nodes a `Stored` newly holds, node ids reserved for
-    /// its new blocks, the engine hashes it gives existing nodes that are new to the worker,
-    /// content hashes of new blocks, the last existing node of the chain, and the nodes a
+    /// Reused buffers of one event: what checking a `Stored` chain found, and the nodes a
     /// `Removed` drops.
-    path: Vec<NodeId>,
-    reserved: Vec<NodeId>,
-    fresh: Vec<u64>,
-    appended: Vec<u64>,
-    last_existing: Option<NodeId>,
+    chain: Chain,
     nodes: Vec<NodeId>,
 }
 
@@ -187,10 +177,7 @@ impl Lane for IndexLane {
         self.trie.reset();
         self.workers = HashMap::default();
         self.budget.known.fetch_sub(cleared.len(), Ordering::Relaxed);
-        for buffer in [&mut self.path, &mut self.reserved, &mut self.nodes] {
-            *buffer = Vec::new();
-        }
-        (self.fresh, self.appended, self.last_existing) = (Vec::new(), Vec::new(), None);
+        (self.chain, self.nodes) = (Chain::default(), Vec::new());
         self.publish_sizes();
         self.gone.extend(&cleared);
         let restart = LaneRestart { lane: self.lane, at: std::time::SystemTime::now(), cleared };
@@ -244,11 +231,7 @@ impl IndexLane {
             applied: 0,
             heap_reserve: 0,
             reserve_at: HEAP_RESERVE_FROM,
-            path: Vec::new(),
-            reserved: Vec::new(),
-            fresh: Vec::new(),
-            appended: Vec::new(),
-            last_existing: None,
+            chain: Chain::default(),
             nodes: Vec::new(),
         }
     }
@@ -296,14 +279,14 @@ impl IndexLane {
         blocks: &[StoredBlock],
         guard: &Guard,
     ) -> Result<(), ApplyError> {
+        // One lookup of the worker for the whole event.
+        let known = self.workers.get_mut(&worker);
         let start = match parent {
             None => None,
-            Some(parent) => {
-                match self.workers.get(&worker).and_then(|h| h.get(parent.0, &self.trie)) {
-                    Some(node) => Some(node),
-                    None => return Err(ApplyError::UnknownParent { worker, parent }),
-                }
-            }
+            Some(parent) => match known.as_deref().and_then(|h| h.get(parent.0, &self.trie)) {
+                Some(node) => Some(node),
+                None => return Err(ApplyError::UnknownParent { worker, parent }),
+            },
         };
         if blocks.len() > self.trie.room() {
             // Blocks already in the tree would take no room, so this may refuse a little early;
@@ -311,12 +294,19 @@ impl IndexLane {
             let capacity = self.trie.capacity();
             return Err(ApplyError::IndexFull { worker, blocks: blocks.len(), capacity });
         }
-        let created = !self.workers.contains_key(&worker);
-        if created && self.budget.known.fetch_add(1, Ordering::Relaxed) >= self.budget.max {
-            self.budget.known.fetch_sub(1, Ordering::Relaxed);
-            return Err(ApplyError::TooManyWorkers { worker, capacity: self.budget.max });
-        }
-        if let Err(block) = self.validate(worker, start, blocks, guard) {
+        let created = known.is_none();
+        let held = match known {
+            Some(held) => held,
+            None => {
+                if self.budget.known.fetch_add(1, Ordering::Relaxed) >= self.budget.max {
+                    self.budget.known.fetch_sub(1, Ordering::Relaxed);
+                    return Err(ApplyError::TooManyWorkers { worker, capacity: self.budget.max });
+                }
+                self.workers.entry(worker).or_insert(HeldBlocks::new(self.mixer))
+            }
+        };
+        let chain = &mut self.chain;
+        if let Err(block) = chain.check((worker, held), &mut self.trie, start, blocks, guard) {
             if created {
                 // A rejected first event registers nobody.
                 self.workers.remove(&worker);
@@ -324,88 +314,10 @@ impl IndexLane {
             }
             return Err(ApplyError::HashConflict { worker, block });
         }
-        self.trie.add_holder(worker, &self.path, guard);
-        self.trie.append(worker, self.last_existing, &self.appended, &self.reserved, guard);
+        self.trie.add_holder(worker, &chain.path, guard);
+        let (at, locals, ids) = (chain.last_existing, &chain.appended, &chain.reserved);
+        self.trie.append(worker, at, locals, ids, guard);
         Ok(())
-    }
-
-    /// Checks a `Stored` chain against the tree and the worker's names, filling `path` (existing
-    /// nodes the worker will newly hold), `last_existing`, and `appended` with `reserved` (content
-    /// hashes of the blocks with no node yet, and the node ids they will get). Names new to the
-    /// worker are entered as they are checked, which also catches one new name used twice; on a
-    /// conflict they are taken out again, the reserved ids given back, and the first offending
-    /// engine hash returned.
-    fn validate(
-        &mut self,
-        worker: Worker,
-        start: Option<NodeId>,
-        blocks: &[StoredBlock],
-        guard: &Guard,
-    ) -> Result<(), SequenceHash> {
-        let mixer = self.mixer;
-        let held = self.workers.entry(worker).or_insert_with(|| HeldBlocks::new(mixer));
-        self.path.clear();
-        self.fresh.clear();
-        self.appended.clear();
-        self.reserved.clear();
-        let mut at = self.trie.cursor(worker, start, guard);
-        // Blocks from this index on have no node yet (once one has none, neither has its child).
-        let mut new_from = blocks.len();
-        let mut rejected = None;
-        for (index, block) in blocks.iter().enumerate() {
-            if let Some(ahead) = blocks.get(index + PREFETCH_AHEAD) {
-                held.prefetch(ahead.hash.0);
-            }
-            let next = match index < new_from {
-                true => self.trie.step(&mut at, block.local.0, guard),
-                false => None,
-            };
-            let node = match next {
-                Some(node) => node,
-                None => {
-                    new_from = new_from.min(index);
-                    let node = self.trie.reserve_node(block.hash.0);
-                    self.reserved.push(node);
-                    node
-                }
-            };
-            let ok = match (held.insert_or_get(block.hash.0, node, &self.trie), next) {
-                // Storing a block twice is a no-op; one name for two blocks is a conflict.
-                (Some(existing), _) => Some(existing) == next,
-                // A new node's name (on a conflict, taken out again by position).
-                (None, None) => true,
-                // An existing node's new name; not one block under two names.
-                (None, Some(node)) => {
-                    self.fresh.push(block.hash.0);
-                    let named_before = self.trie.holds_at(&mut at);
-                    if !named_before {
-                        self.path.push(node);
-                    }
-                    !named_before
-                }
-            };
-            if !ok {
-                rejected = Some(index);
-                break;
-            }
-        }
-        self.last_existing = at.node();
-        match rejected {
-            None => {
-                self.appended.extend(blocks[new_from..].iter().map(|block| block.local.0));
-                Ok(())
-            }
-            Some(index) => {
-                // The names entered: the existing nodes' (`fresh`), and every new node's before
-                // the conflict (each was new to the worker, or the conflict would be there).
-                let new_names = blocks[new_from.min(index)..index].iter().map(|b| b.hash.0);
-                for hash in self.fresh.iter().copied().chain(new_names) {
-                    held.remove(hash, &self.trie);
-                }
-                self.trie.unreserve(&self.reserved);
-                Err(blocks[index].hash)
-            }
-        }
     }
 
     fn remove(
@@ -448,10 +360,7 @@ impl IndexLane {
             }
         }
         // Reused buffers an unusually large event grew give their memory back.
-        shed(&mut self.path);
-        shed(&mut self.reserved);
-        shed(&mut self.fresh);
-        shed(&mut self.appended);
+        self.chain.shed();
         shed(&mut self.nodes);
         self.trie.trim_buffers();
     }

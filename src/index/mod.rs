@@ -8,6 +8,7 @@
 //! - [`ReferenceIndex`] is the single-threaded oracle: short and obviously correct; every faster
 //!   structure is checked against it.
 
+mod chain;
 mod chunked;
 mod event_pool;
 pub(crate) mod handback;
