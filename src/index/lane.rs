@@ -279,7 +279,7 @@ impl IndexLane {
         blocks: &[StoredBlock],
         guard: &Guard,
     ) -> Result<(), ApplyError> {
-        // One lookup of the worker for the whole event.
+        // One lookup of a known worker for the whole event.
         let known = self.workers.get_mut(&worker);
         let start = match parent {
             None => None,

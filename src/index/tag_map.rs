@@ -357,11 +357,13 @@ impl TagMap {
                 if tag == FREE {
                     continue;
                 }
-                // The entry's bucket in its role gains bit `n`; set, it moves to the upper half.
+                // The entry's bucket in its role (its first bucket, or that flipped) gains bit
+                // `n`; set, the entry moves to the upper half. (`% WAYS` never wraps, as a
+                // bucket holds at most `WAYS` entries; it spares a bounds check.)
                 let first = (tag >> 1) as usize;
-                let role = if first & (n - 1) == at { 0 } else { flip_of(tag) };
-                debug_assert_eq!((first ^ role) & (n - 1), at, "an entry stays in its role");
-                if (first ^ role) & n == 0 {
+                let flip = if first & (n - 1) == at { 0 } else { flip_of(tag) };
+                debug_assert_eq!((first ^ flip) & (n - 1), at, "an entry stays in its role");
+                if (first ^ flip) & n == 0 {
                     (low.tags[lows % WAYS], low.nodes[lows % WAYS]) = (tag, node);
                     lows += 1;
                 } else {
