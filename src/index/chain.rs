@@ -8,8 +8,7 @@
 //! what it entered, so a rejected event changes nothing. The buffers are the lane's, reused
 //! from event to event.
 
-use crate::event::Worker;
-use crate::event::{SequenceHash, StoredBlock};
+use crate::event::{SequenceHash, StoredBlock, Worker};
 use crate::index::held_blocks::HeldBlocks;
 use crate::index::lane_trie::{LaneTrie, NodeId, shed};
 use crate::sync::epoch::Guard;
