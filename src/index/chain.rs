@@ -22,12 +22,12 @@ pub(crate) const PREFETCH_AHEAD: usize = 8;
 #[derive(Default)]
 pub(crate) struct Chain {
     /// Existing nodes the worker will newly hold.
-    pub(crate) path: Vec<NodeId>,
+    path: Vec<NodeId>,
     /// Node ids reserved for the blocks with no node yet, and their content hashes.
-    pub(crate) reserved: Vec<NodeId>,
-    pub(crate) appended: Vec<u64>,
+    reserved: Vec<NodeId>,
+    appended: Vec<u64>,
     /// The last existing node of the chain (the root if `None`), where the new blocks hang.
-    pub(crate) last_existing: Option<NodeId>,
+    last_existing: Option<NodeId>,
     /// The engine hashes the chain gives existing nodes that are new to the worker.
     fresh: Vec<u64>,
 }
@@ -106,6 +106,13 @@ impl Chain {
                 Err(blocks[index].hash)
             }
         }
+    }
+
+    /// Stores the chain [`Self::check`] accepted: `worker` newly holds its existing nodes, and
+    /// its new blocks hang below the last of them.
+    pub(crate) fn apply(&self, worker: Worker, trie: &mut LaneTrie, guard: &Guard) {
+        trie.add_holder(worker, &self.path, guard);
+        trie.append(worker, self.last_existing, &self.appended, &self.reserved, guard);
     }
 
     /// Gives back the memory an unusually large chain grew.

@@ -314,9 +314,7 @@ impl IndexLane {
             }
             return Err(ApplyError::HashConflict { worker, block });
         }
-        self.trie.add_holder(worker, &chain.path, guard);
-        let (at, locals, ids) = (chain.last_existing, &chain.appended, &chain.reserved);
-        self.trie.append(worker, at, locals, ids, guard);
+        chain.apply(worker, &mut self.trie, guard);
         Ok(())
     }
 
