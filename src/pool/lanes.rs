@@ -10,6 +10,7 @@
 //! and every call that involves it returns [`LaneDown`] — calls already waiting on it too —
 //! instead of blocking.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
@@ -64,6 +65,11 @@ pub trait Lane: Send + 'static {
         false
     }
 }
+
+/// Messages a lane's two queue buffers keep room for while it is quiet: a lane that keeps up
+/// with its producers reuses them without growing them, and a burst's large buffers do not
+/// stay resident once it is over.
+const IDLE_BATCH_ROOM: usize = 256;
 
 type Task<L> = Box<dyn FnOnce(&mut L) + Send>;
 
@@ -352,6 +358,8 @@ fn serve<L: Lane>(lane: &mut L, receiver: &Receiver<Envelope<L>>, room: &Room) {
             }
         }
     };
+    // The batch in hand; it swaps buffers with the queue (see `sync/channel.rs`).
+    let mut batch = VecDeque::new();
     while let Ok(envelope) = receiver.recv() {
         room.taken(receiver);
         handle(lane, envelope);
@@ -359,24 +367,24 @@ fn serve<L: Lane>(lane: &mut L, receiver: &Receiver<Envelope<L>>, room: &Room) {
             // If a handler panics and the lane does not recover, the rest of the batch is
             // dropped with it: tasks in it close their reply channels, as for the queue (see
             // `run`).
-            let mut batch = receiver.drain();
-            if batch.len() == 0 {
+            receiver.take_all(&mut batch);
+            if batch.is_empty() {
                 break;
             }
             room.taken(receiver);
-            // The next two envelopes, taken out of the batch one at a time (not buffered).
-            let (mut next, mut later) = (batch.next(), batch.next());
-            while let Some(envelope) = next.take() {
-                (next, later) = (later, batch.next());
-                if let Some(Envelope::Message(later)) = &later {
+            while let Some(envelope) = batch.pop_front() {
+                if let Some(Envelope::Message(later)) = batch.get(1) {
                     lane.farther(later);
                 }
-                if let Some(Envelope::Message(next)) = &next {
+                if let Some(Envelope::Message(next)) = batch.front() {
                     lane.ahead(next);
                 }
                 handle(lane, envelope);
             }
         }
+        // Quiet: the buffers keep room for a small batch only while the lane waits.
+        batch.shrink_to(IDLE_BATCH_ROOM);
+        receiver.shrink_if_empty(IDLE_BATCH_ROOM);
         lane.idle();
         lane.quiet(&|| receiver.len());
     }

@@ -1,152 +1,325 @@
-//! The bounded multi-producer channels the lane pool runs on: `flume` normally, and under
-//! `cfg(loom)` a small channel built on loom's mutex and condition variable, with the subset of
-//! `flume`'s API the pool uses, so the loom models see every send and receive.
+//! The bounded multi-producer, single-consumer channels the lane pool runs on.
+//!
+//! A busy lane takes its whole queue at once ([`Receiver::take_all`]) by swapping it with the
+//! batch buffer it has just emptied. The two buffers keep their capacity and pass back and
+//! forth between the producers and the lane, so a batch allocates nothing, and the lane never
+//! frees a buffer a producer grew. `flume`'s `drain`, used before, left an empty queue behind:
+//! producers regrew it from nothing after every batch, and the lane freed the old buffer. With
+//! glibc that free takes the producer's arena lock, and on two cores the lane slept whenever
+//! the producer had been preempted holding it (`perf record -e sched:sched_switch`: waits of
+//! milliseconds in `drop_in_place<RawVec<Envelope<…>>>`).
+//!
+//! Built on [`GateMutex`] and [`GateCondvar`], so under `cfg(loom)` the models see every send
+//! and receive of the real channel. A condition variable is signalled only when someone waits
+//! on it (a flag or count under the lock says so): a send to a lane that is working is a lock,
+//! a push and an unlock.
 
+use std::collections::VecDeque;
+use std::mem;
+
+use super::{Arc, GateCondvar, GateMutex};
+
+/// A channel holding at most `capacity` messages (at least one).
+pub fn bounded<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
+    let shared = Arc::new(Shared {
+        state: GateMutex::new(State {
+            queue: VecDeque::new(),
+            senders: 1,
+            receiver_alive: true,
+            receiver_waiting: false,
+            senders_waiting: 0,
+        }),
+        filled: GateCondvar::new(),
+        emptied: GateCondvar::new(),
+        capacity: capacity.max(1),
+    });
+    (Sender(shared.clone()), Receiver(shared))
+}
+
+/// The sending half (one per channel; the pool keeps one per lane and reply channel).
+pub struct Sender<T>(Arc<Shared<T>>);
+
+/// The receiving half.
+pub struct Receiver<T>(Arc<Shared<T>>);
+
+/// The receiver is gone; the message comes back.
+#[derive(Debug)]
+pub struct SendError<T>(pub T);
+
+/// The sender is gone and the queue is empty.
+#[derive(Debug)]
+pub struct RecvError;
+
+/// Why [`Sender::try_send`] did not enqueue; the message comes back.
+#[derive(Debug)]
+pub enum TrySendError<T> {
+    /// The queue is full.
+    Full(T),
+    /// The receiver is gone.
+    Disconnected(T),
+}
+
+struct Shared<T> {
+    state: GateMutex<State<T>>,
+    /// The receiver waits here for a message or for the sender to go.
+    filled: GateCondvar,
+    /// Senders wait here for room or for the receiver to go.
+    emptied: GateCondvar,
+    capacity: usize,
+}
+
+struct State<T> {
+    queue: VecDeque<T>,
+    senders: usize,
+    receiver_alive: bool,
+    /// The receiver is asleep on `filled` (or about to be: it set this under the lock).
+    receiver_waiting: bool,
+    /// Senders asleep on `emptied`.
+    senders_waiting: usize,
+}
+
+/// The held lock of a channel's state.
 #[cfg(not(loom))]
-pub use flume::{Receiver, Sender, TrySendError, bounded};
-
+type Locked<'a, T> = std::sync::MutexGuard<'a, State<T>>;
 #[cfg(loom)]
-pub use loom_channel::*;
+type Locked<'a, T> = loom::sync::MutexGuard<'a, State<T>>;
 
-/// A bounded channel built on loom's mutex and condvar, with `flume`'s API subset we use.
-#[cfg(loom)]
-mod loom_channel {
-    use std::collections::VecDeque;
-
-    use loom::sync::{Arc, Condvar, Mutex};
-
-    struct State<T> {
-        queue: VecDeque<T>,
-        senders: usize,
-        receiver_alive: bool,
+impl<T> Shared<T> {
+    /// The lock; nothing panics while holding it, so a poisoned one is still consistent.
+    fn lock(&self) -> Locked<'_, T> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    struct Shared<T> {
-        state: Mutex<State<T>>,
-        changed: Condvar,
-        capacity: usize,
+    /// Sleeps on `condvar`, giving the lock back meanwhile.
+    fn wait<'a>(&self, condvar: &GateCondvar, guard: Locked<'a, T>) -> Locked<'a, T> {
+        condvar.wait(guard).unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
 
-    /// The sending half.
-    pub struct Sender<T>(Arc<Shared<T>>);
-    /// The receiving half.
-    pub struct Receiver<T>(Arc<Shared<T>>);
-    /// The receiver is gone; the message comes back.
-    #[derive(Debug)]
-    pub struct SendError<T>(pub T);
-    /// Every sender is gone and the queue is empty.
-    #[derive(Debug)]
-    pub struct RecvError;
-    /// Why `try_send` failed.
-    #[derive(Debug)]
-    pub enum TrySendError<T> {
-        /// The queue is full.
-        Full(T),
-        /// The receiver is gone.
-        Disconnected(T),
-    }
-
-    /// A channel holding at most `capacity` messages.
-    pub fn bounded<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State { queue: VecDeque::new(), senders: 1, receiver_alive: true }),
-            changed: Condvar::new(),
-            capacity: capacity.max(1),
-        });
-        (Sender(shared.clone()), Receiver(shared))
-    }
-
-    impl<T> Sender<T> {
-        /// Sends, waiting while the queue is full.
-        pub fn send(&self, value: T) -> Result<(), SendError<T>> {
-            let mut state = self.0.state.lock().unwrap();
-            loop {
-                if !state.receiver_alive {
-                    return Err(SendError(value));
-                }
-                if state.queue.len() < self.0.capacity {
-                    state.queue.push_back(value);
-                    self.0.changed.notify_all();
-                    return Ok(());
-                }
-                state = self.0.changed.wait(state).unwrap();
-            }
-        }
-
-        /// Messages queued now.
-        pub fn len(&self) -> usize {
-            self.0.state.lock().unwrap().queue.len()
-        }
-
-        /// Whether the receiver is gone.
-        pub fn is_disconnected(&self) -> bool {
-            !self.0.state.lock().unwrap().receiver_alive
-        }
-
-        /// Sends if there is room.
-        pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
-            let mut state = self.0.state.lock().unwrap();
+impl<T> Sender<T> {
+    /// Sends, waiting while the queue is full; fails only if the receiver is gone.
+    pub fn send(&self, value: T) -> Result<(), SendError<T>> {
+        let mut state = self.0.lock();
+        loop {
             if !state.receiver_alive {
-                return Err(TrySendError::Disconnected(value));
+                return Err(SendError(value));
             }
-            if state.queue.len() >= self.0.capacity {
-                return Err(TrySendError::Full(value));
+            if state.queue.len() < self.0.capacity {
+                self.push(state, value);
+                return Ok(());
             }
-            state.queue.push_back(value);
-            self.0.changed.notify_all();
-            Ok(())
+            state.senders_waiting += 1;
+            state = self.0.wait(&self.0.emptied, state);
+            state.senders_waiting -= 1;
         }
     }
 
-    impl<T> Clone for Sender<T> {
-        fn clone(&self) -> Self {
-            self.0.state.lock().unwrap().senders += 1;
-            Sender(self.0.clone())
+    /// Sends if there is room; never waits.
+    pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
+        let state = self.0.lock();
+        if !state.receiver_alive {
+            return Err(TrySendError::Disconnected(value));
+        }
+        if state.queue.len() >= self.0.capacity {
+            return Err(TrySendError::Full(value));
+        }
+        self.push(state, value);
+        Ok(())
+    }
+
+    /// Enqueues `value` (there is room) and wakes the receiver if it sleeps.
+    fn push(&self, mut state: Locked<'_, T>, value: T) {
+        state.queue.push_back(value);
+        let wake = state.receiver_waiting;
+        drop(state);
+        if wake {
+            self.0.filled.notify_one();
         }
     }
 
-    impl<T> Drop for Sender<T> {
-        fn drop(&mut self) {
-            self.0.state.lock().unwrap().senders -= 1;
-            self.0.changed.notify_all();
+    /// Messages queued now.
+    pub fn len(&self) -> usize {
+        self.0.lock().queue.len()
+    }
+
+    /// Whether the receiver is gone.
+    pub fn is_disconnected(&self) -> bool {
+        !self.0.lock().receiver_alive
+    }
+}
+
+impl<T> Drop for Sender<T> {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.senders -= 1;
+        let wake = state.receiver_waiting;
+        drop(state);
+        if wake {
+            self.0.filled.notify_one();
+        }
+    }
+}
+
+impl<T> Receiver<T> {
+    /// Receives, waiting while the queue is empty; fails once the sender is gone and the queue
+    /// is empty.
+    pub fn recv(&self) -> Result<T, RecvError> {
+        let mut state = self.0.lock();
+        loop {
+            if let Some(value) = state.queue.pop_front() {
+                self.made_room(state);
+                return Ok(value);
+            }
+            if state.senders == 0 {
+                return Err(RecvError);
+            }
+            state.receiver_waiting = true;
+            state = self.0.wait(&self.0.filled, state);
+            state.receiver_waiting = false;
         }
     }
 
-    impl<T> Receiver<T> {
-        /// Receives, waiting while the queue is empty and a sender remains.
-        pub fn recv(&self) -> Result<T, RecvError> {
-            let mut state = self.0.state.lock().unwrap();
-            loop {
-                if let Some(value) = state.queue.pop_front() {
-                    self.0.changed.notify_all();
-                    return Ok(value);
-                }
-                if state.senders == 0 {
-                    return Err(RecvError);
-                }
-                state = self.0.changed.wait(state).unwrap();
+    /// Takes every message queued now into `batch`, which must be empty: the two swap buffers,
+    /// so the queue goes on with `batch`'s capacity (see the [module docs](self)).
+    pub fn take_all(&self, batch: &mut VecDeque<T>) {
+        debug_assert!(batch.is_empty(), "a batch is taken into an emptied buffer");
+        let mut state = self.0.lock();
+        if state.queue.is_empty() {
+            return;
+        }
+        mem::swap(&mut state.queue, batch);
+        self.made_room(state);
+    }
+
+    /// Gives back the memory of the queue's buffer beyond room for `keep` messages, if it is
+    /// empty now (a quiet lane keeps little while it waits).
+    pub fn shrink_if_empty(&self, keep: usize) {
+        let mut state = self.0.lock();
+        if state.queue.is_empty() && state.queue.capacity() > keep {
+            let old = mem::replace(&mut state.queue, VecDeque::with_capacity(keep));
+            drop(state);
+            drop(old);
+        }
+    }
+
+    /// Wakes senders waiting for room, if any, after a take.
+    fn made_room(&self, state: Locked<'_, T>) {
+        let wake = state.senders_waiting > 0;
+        drop(state);
+        if wake {
+            self.0.emptied.notify_all();
+        }
+    }
+
+    /// Messages queued now.
+    pub fn len(&self) -> usize {
+        self.0.lock().queue.len()
+    }
+}
+
+impl<T> Drop for Receiver<T> {
+    /// Drops what is still queued (outside the lock): a task's reply channel closes with it.
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.receiver_alive = false;
+        let queued = mem::take(&mut state.queue);
+        let wake = state.senders_waiting > 0;
+        drop(state);
+        if wake {
+            self.0.emptied.notify_all();
+        }
+        drop(queued);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn take_all_swaps_buffers_so_neither_is_reallocated() {
+        let (sender, receiver) = bounded(8);
+        let mut batch = VecDeque::new();
+        for round in 0..5u32 {
+            for value in 0..8 {
+                sender.try_send(round * 8 + value).unwrap();
+            }
+            assert!(matches!(sender.try_send(99), Err(TrySendError::Full(99))));
+            receiver.take_all(&mut batch);
+            let queue_capacity = receiver.0.lock().queue.capacity();
+            if round > 0 {
+                // Both buffers grew in the first two rounds; since, they only change hands.
+                assert!(batch.capacity() >= 8 && queue_capacity >= 8, "round {round}");
+            }
+            let taken: Vec<u32> = batch.drain(..).collect();
+            assert_eq!(taken, (round * 8..round * 8 + 8).collect::<Vec<_>>());
+            assert_eq!(receiver.len(), 0);
+        }
+    }
+
+    #[test]
+    fn a_dropped_sender_ends_recv_after_the_queue_and_a_dropped_receiver_fails_sends() {
+        let (sender, receiver) = bounded(2);
+        sender.send(1).unwrap();
+        drop(sender);
+        assert_eq!(receiver.recv().unwrap(), 1);
+        assert!(receiver.recv().is_err());
+
+        let (sender, receiver) = bounded::<u32>(1);
+        drop(receiver);
+        assert!(sender.is_disconnected());
+        assert!(matches!(sender.try_send(3), Err(TrySendError::Disconnected(3))));
+        assert!(sender.send(4).is_err());
+    }
+
+    #[test]
+    fn a_blocked_sender_and_a_sleeping_receiver_are_woken() {
+        let (sender, receiver) = bounded(1);
+        let sending = std::thread::spawn(move || {
+            for value in 0..100 {
+                sender.send(value).unwrap();
+            }
+        });
+        let mut got = Vec::new();
+        let mut batch = VecDeque::new();
+        while got.len() < 100 {
+            if got.len() % 2 == 0 {
+                got.push(receiver.recv().unwrap());
+            } else {
+                receiver.take_all(&mut batch);
+                got.extend(batch.drain(..));
             }
         }
-
-        /// Messages queued now.
-        pub fn len(&self) -> usize {
-            self.0.state.lock().unwrap().queue.len()
-        }
-
-        /// Takes every message queued now.
-        pub fn drain(&self) -> std::collections::vec_deque::IntoIter<T> {
-            let queue = std::mem::take(&mut self.0.state.lock().unwrap().queue);
-            if !queue.is_empty() {
-                self.0.changed.notify_all();
-            }
-            queue.into_iter()
-        }
+        sending.join().unwrap();
+        assert_eq!(got, (0..100).collect::<Vec<_>>());
+        assert!(receiver.recv().is_err());
     }
 
-    impl<T> Drop for Receiver<T> {
-        fn drop(&mut self) {
-            self.0.state.lock().unwrap().receiver_alive = false;
-            self.0.changed.notify_all();
+    #[test]
+    fn dropping_the_receiver_drops_what_is_queued() {
+        let value = std::sync::Arc::new(());
+        let (sender, receiver) = bounded(4);
+        sender.try_send(value.clone()).unwrap();
+        sender.try_send(value.clone()).unwrap();
+        drop(receiver);
+        assert_eq!(std::sync::Arc::strong_count(&value), 1);
+        drop(sender);
+    }
+
+    #[test]
+    fn an_idle_queue_shrinks() {
+        let (sender, receiver) = bounded(1024);
+        for value in 0..1000 {
+            sender.try_send(value).unwrap();
         }
+        let mut batch = VecDeque::new();
+        receiver.take_all(&mut batch);
+        batch.clear();
+        receiver.take_all(&mut batch);
+        // The queue now has the emptied batch's buffer (grown to 1000) back.
+        receiver.shrink_if_empty(16);
+        sender.try_send(1).unwrap();
+        receiver.take_all(&mut batch);
+        assert!(batch.capacity() < 1000, "the queue was shrunk before the last send");
     }
 }

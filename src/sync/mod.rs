@@ -1,9 +1,10 @@
 //! The one place that imports atomics, locks, `Arc`, channels and threads.
 //!
-//! Normally these are `std`, `parking_lot` and `flume`; under `cfg(loom)` they are loom's (and a
-//! small loom-built channel), so the loom models in `tests/loom.rs` and `tests/loom_sequences.rs`
-//! see every synchronization point of our own protocols. Nothing else in the crate imports
-//! `std::sync`, `std::thread` or a channel directly.
+//! Normally these are `std` and `parking_lot`; under `cfg(loom)` they are loom's, so the loom
+//! models in `tests/loom.rs` and `tests/loom_sequences.rs` see every synchronization point of our
+//! own protocols, the lanes' channel included (it is our own, built on the [`Gate`]'s mutex and
+//! condition variable). Nothing else in the crate imports `std::sync`, `std::thread` or a
+//! channel directly.
 //!
 //! ## Layout
 //!
