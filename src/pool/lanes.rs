@@ -69,7 +69,7 @@ pub trait Lane: Send + 'static {
 /// Messages a lane's two queue buffers keep room for while it is quiet: a lane that keeps up
 /// with its producers reuses them without growing them, and a burst's large buffers do not
 /// stay resident once it is over.
-const IDLE_BATCH_ROOM: usize = 256;
+const IDLE_BATCH_ROOM: usize = 64;
 
 type Task<L> = Box<dyn FnOnce(&mut L) + Send>;
 

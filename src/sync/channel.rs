@@ -24,7 +24,7 @@ pub fn bounded<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
     let shared = Arc::new(Shared {
         state: GateMutex::new(State {
             queue: VecDeque::new(),
-            senders: 1,
+            sender_alive: true,
             receiver_alive: true,
             receiver_waiting: false,
             senders_waiting: 0,
@@ -36,7 +36,7 @@ pub fn bounded<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
     (Sender(shared.clone()), Receiver(shared))
 }
 
-/// The sending half (one per channel; the pool keeps one per lane and reply channel).
+/// The sending half: one per channel, shared by reference among the threads that send.
 pub struct Sender<T>(Arc<Shared<T>>);
 
 /// The receiving half.
@@ -70,7 +70,7 @@ struct Shared<T> {
 
 struct State<T> {
     queue: VecDeque<T>,
-    senders: usize,
+    sender_alive: bool,
     receiver_alive: bool,
     /// The receiver is asleep on `filled` (or about to be: it set this under the lock).
     receiver_waiting: bool,
@@ -151,7 +151,7 @@ impl<T> Sender<T> {
 impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
         let mut state = self.0.lock();
-        state.senders -= 1;
+        state.sender_alive = false;
         let wake = state.receiver_waiting;
         drop(state);
         if wake {
@@ -170,7 +170,7 @@ impl<T> Receiver<T> {
                 self.made_room(state);
                 return Ok(value);
             }
-            if state.senders == 0 {
+            if !state.sender_alive {
                 return Err(RecvError);
             }
             state.receiver_waiting = true;
