@@ -179,15 +179,19 @@ impl<T> Receiver<T> {
         }
     }
 
-    /// Takes every message queued now into `batch`, which must be empty: the two swap buffers,
-    /// so the queue goes on with `batch`'s capacity (see the [module docs](self)).
+    /// Moves every message queued now to the end of `batch`. When `batch` is empty, as a lane's
+    /// is when it takes the next batch, the two swap buffers, so the queue goes on with
+    /// `batch`'s capacity (see the [module docs](self)).
     pub fn take_all(&self, batch: &mut VecDeque<T>) {
-        debug_assert!(batch.is_empty(), "a batch is taken into an emptied buffer");
         let mut state = self.0.lock();
         if state.queue.is_empty() {
             return;
         }
-        mem::swap(&mut state.queue, batch);
+        if batch.is_empty() {
+            mem::swap(&mut state.queue, batch);
+        } else {
+            batch.append(&mut state.queue);
+        }
         self.made_room(state);
     }
 
@@ -255,6 +259,17 @@ mod tests {
             assert_eq!(taken, (round * 8..round * 8 + 8).collect::<Vec<_>>());
             assert_eq!(receiver.len(), 0);
         }
+    }
+
+    #[test]
+    fn take_all_keeps_order_behind_what_the_batch_still_holds() {
+        let (sender, receiver) = bounded(4);
+        let mut batch = VecDeque::from([1, 2]);
+        sender.try_send(3).unwrap();
+        sender.try_send(4).unwrap();
+        receiver.take_all(&mut batch);
+        assert_eq!(Vec::from(batch), [1, 2, 3, 4]);
+        assert_eq!(receiver.len(), 0);
     }
 
     #[test]
