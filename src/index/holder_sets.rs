@@ -251,7 +251,7 @@ impl HolderSets {
 
     /// Drops `worker`, which no run holds any more: its own set (runs still holding it keep
     /// their copy alive) and, once readers allow, its slot.
-    pub(crate) fn forget(&mut self, worker: Worker, retired: &mut Reclaimer) {
+    pub(crate) fn forget<V: Send>(&mut self, worker: Worker, retired: &mut Reclaimer<V>) {
         self.solo.remove(&worker);
         self.last.set(None);
         if let Some(slot) = self.slots.remove(&worker) {
@@ -260,7 +260,7 @@ impl HolderSets {
     }
 
     /// Drops every worker (a lane starting over with no runs), as [`Self::forget`] does.
-    pub(crate) fn forget_all(&mut self, retired: &mut Reclaimer) {
+    pub(crate) fn forget_all<V: Send>(&mut self, retired: &mut Reclaimer<V>) {
         let workers: Vec<Worker> = self.slots.keys().copied().collect();
         workers.into_iter().for_each(|worker| self.forget(worker, retired));
         self.solo = HashMap::default();
@@ -339,7 +339,7 @@ mod tests {
         for id in 0..64 {
             sets.solo(w(id), &names);
         }
-        let mut retired = Reclaimer::default();
+        let mut retired = Reclaimer::<()>::default();
         sets.forget(w(7), &mut retired);
         let early = sets.solo(w(100), &names);
         assert_eq!(decode(&early, &names), (vec![w(100)], false), "not before readers allow");
@@ -349,7 +349,7 @@ mod tests {
         // Reclaiming waits for the global epoch to move on: pin and flush until it has.
         for _ in 0..10_000 {
             pin().flush();
-            retired.reclaim();
+            retired.reclaim_with(drop);
             if !sets.released.lock().is_empty() {
                 break;
             }

@@ -24,9 +24,10 @@ use crate::index::holder_sets::{HolderSets, Holders};
 use crate::index::locals::Locals;
 use crate::index::node_ids::NodeIds;
 use crate::index::run::{ROOT_TAIL, Run, RunId, RunState};
-use crate::index::run_table::RunTableWriter;
-use crate::sync::epoch::{Guard, Reclaimer};
-use crate::sync::{Arc, Ordering};
+use crate::index::run_table::{RunReclaimer, RunTableWriter};
+use crate::index::versions::{Version, VersionCache, VersionPtr};
+use crate::sync::Ordering;
+use crate::sync::epoch::Guard;
 
 /// Identifies a node (one block's place in the tree) to its lane.
 pub(crate) type NodeId = u32;
@@ -69,7 +70,8 @@ struct NodePos {
 }
 
 struct RunMeta {
-    run: Arc<Run>,
+    /// The current version, which the run's table slot owns (see [`RunMeta::run`]).
+    run: VersionPtr,
     /// The node this run's first node hangs below (its parent run's last), or [`ROOT`]. A node,
     /// not a run: a split moves a run's last node to a new run, and its children need not know.
     parent: NodeId,
@@ -110,7 +112,9 @@ pub(crate) struct LaneTrie {
     /// Makes the runs' holder sets (and hands out the lane's holder slots).
     holder_sets: HolderSets,
     /// What this lane unlinked and readers may still hold.
-    retired: Reclaimer,
+    retired: RunReclaimer,
+    /// The memory of reclaimed versions, to build new ones in.
+    versions: VersionCache,
     /// The next tail id to give out (never reused; [`ROOT_TAIL`] is below the first).
     next_tail: u64,
     /// The live runs' heap bytes ([`run_heap_bytes`]), kept as runs change so that
@@ -126,7 +130,21 @@ fn version_bytes(run: &Run) -> usize {
 
 /// What a run holds on the heap besides its record: its version and its node id list.
 fn run_heap_bytes(meta: &RunMeta) -> usize {
-    version_bytes(&meta.run) + meta.ids.heap_bytes()
+    version_bytes(meta.run()) + meta.ids.heap_bytes()
+}
+
+impl RunMeta {
+    /// The run's current version.
+    #[inline]
+    fn run(&self) -> &Run {
+        // SAFETY: a record always points at the version its run's table slot owns: `add_run`
+        // records the version it publishes, `put_version` the one it swaps in, and
+        // `remove_run` and `reset` drop the record with (or after) unlinking the run. An
+        // unlinked version is handed back for reuse only by a later `reclaim_with` in
+        // `end_event` or `reclaim`, which take the trie by `&mut`: no borrow of a record
+        // lives that long.
+        unsafe { self.run.get() }
+    }
 }
 
 impl LaneTrie {
@@ -146,7 +164,8 @@ impl LaneTrie {
             spots: Vec::new(),
             joined: Vec::new(),
             holder_sets: HolderSets::default(),
-            retired: Reclaimer::default(),
+            retired: RunReclaimer::default(),
+            versions: VersionCache::default(),
             next_tail: ROOT_TAIL + 1,
             run_bytes: 0,
             limits,
@@ -180,7 +199,7 @@ impl LaneTrie {
     /// frees earlier batches that are safe.
     pub(crate) fn end_event(&mut self, guard: &Guard) {
         self.retired.seal(guard);
-        self.retired.reclaim();
+        self.reclaim();
     }
 
     /// Starts over with no runs, after a panic left this tree in an unknown state: unlinks
@@ -212,9 +231,9 @@ impl LaneTrie {
         self.holder_sets.forget(worker, &mut self.retired);
     }
 
-    /// Frees the retired batches that are safe (when idle).
+    /// Frees the retired batches that are safe (when idle), keeping their versions' memory.
     pub(crate) fn reclaim(&mut self) {
-        self.retired.reclaim();
+        self.retired.reclaim_with(|version| self.versions.recycle(version));
     }
 
     fn meta(&self, run: RunId) -> &RunMeta {
@@ -227,12 +246,10 @@ impl LaneTrie {
 
     /// The current version of `run`; `guard` keeps it alive after a later change retires it.
     fn state<'g>(&self, run: RunId, _guard: &'g Guard) -> &'g Run {
-        let version = Arc::as_ptr(&self.meta(run).run);
-        // SAFETY: a version's last count is always released through `retired`: the table's
-        // count is retired when the version leaves its slot (replaced in `publish`, unlinked
-        // in `remove_run` and `reset`), before the lane drops its own `Arc`; nothing else drops
-        // one. So the version lives as long as any guard pinned before that, `_guard` included.
-        unsafe { &*version }
+        // SAFETY: the record points at the version its table slot owns (see `RunMeta::run`).
+        // Once unlinked, a version goes to `retired`, which hands it back only after every
+        // guard pinned before the unlinking is gone, `_guard` included.
+        unsafe { self.meta(run).run.get() }
     }
 
     /// Live nodes.
@@ -582,22 +599,25 @@ impl LaneTrie {
 
     /// Replaces the state of `run` with a new version in its slot; the old one is retired.
     fn publish(&mut self, run: RunId, state: RunState, guard: &Guard) {
-        let parent_tail = self.meta(run).run.parent_tail;
-        self.put_version(run, Run::new(run, parent_tail, state), guard);
+        let parent_tail = self.meta(run).run().parent_tail;
+        let next = Run::version(run, parent_tail, state, &mut self.versions);
+        self.put_version(run, next, guard);
     }
 
     /// Puts `next`, a new version of `run`, in its slot; the old one is retired.
-    fn put_version(&mut self, run: RunId, next: Arc<Run>, guard: &Guard) {
+    fn put_version(&mut self, run: RunId, next: Version, guard: &Guard) {
         let meta = self.runs[run as usize].as_mut().expect("live run");
-        let current = &meta.run;
+        let current = meta.run();
         self.run_bytes = self.run_bytes + version_bytes(&next) - version_bytes(current);
         let key = self.table.table().key_of(current);
-        self.table.replace(key, current, next.clone(), guard, &mut self.retired);
-        meta.run = next;
+        let at = VersionPtr::of(&next);
+        self.table.replace(key, current, next, guard, &mut self.retired);
+        meta.run = at;
     }
 
     fn set_members(&mut self, run: RunId, members: Holders, guard: &Guard) {
-        let next = self.meta(run).run.with_members(members);
+        let meta = self.runs[run as usize].as_ref().expect("live run");
+        let next = meta.run().with_members(members, &mut self.versions);
         self.put_version(run, next, guard);
     }
 
@@ -646,10 +666,11 @@ impl LaneTrie {
             let pos = &mut self.nodes[node as usize];
             (pos.run, pos.offset) = (id, offset as u32);
         }
-        let run = Run::new(id, parent_tail, state);
+        let run = Run::version(id, parent_tail, state, &mut self.versions);
         let key = self.table.table().key_of(&run);
-        self.table.insert(key, run.clone(), guard, &mut self.retired);
-        let meta = RunMeta { run, parent, children, ids };
+        let at = VersionPtr::of(&run);
+        self.table.insert(key, run, guard, &mut self.retired);
+        let meta = RunMeta { run: at, parent, children, ids };
         self.run_bytes += run_heap_bytes(&meta);
         self.runs[id as usize] = Some(meta);
         if parent != ROOT {
@@ -665,8 +686,8 @@ impl LaneTrie {
             let meta = self.runs[run as usize].take().expect("live run");
             self.run_bytes -= run_heap_bytes(&meta);
             self.free_runs.push(run);
-            let key = self.table.table().key_of(&meta.run);
-            self.table.remove(key, &meta.run, guard, &mut self.retired);
+            let key = self.table.table().key_of(meta.run());
+            self.table.remove(key, meta.run(), guard, &mut self.retired);
             self.free_nodes.extend(meta.ids.iter());
             if meta.parent == ROOT {
                 return;
@@ -702,7 +723,7 @@ impl LaneTrie {
         let mut nodes = ChunkedVec::default();
         for (id, meta) in runs.iter_mut().enumerate() {
             let meta = meta.as_mut().expect("compacted runs are live");
-            meta.run.id.store(id as RunId, Ordering::Relaxed);
+            meta.run().id.store(id as RunId, Ordering::Relaxed);
             let first = nodes.len() as NodeId;
             for (offset, node) in meta.ids.iter().enumerate() {
                 let name = self.nodes[node as usize].name;
@@ -745,6 +766,7 @@ impl LaneTrie {
             + (self.free_runs.capacity() + self.free_nodes.capacity()) * 4
             + self.nodes.bytes()
             + self.table.table().bytes(guard)
+            + self.versions.bytes()
     }
 }
 

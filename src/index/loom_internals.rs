@@ -6,11 +6,12 @@ use crate::index::holder_sets::Holders;
 use crate::index::lane_trie::LaneTrie;
 use crate::index::locals::Locals;
 use crate::index::run::{Run, RunState};
-use crate::index::run_table::{RunTable, RunTableWriter};
+use crate::index::run_table::{RunReclaimer, RunTable, RunTableWriter};
+use crate::index::versions::{Version, VersionCache, VersionPtr};
 use crate::index::walk::walk;
 use crate::mix::Mixer;
 use crate::sync::Arc;
-use crate::sync::epoch::{Reclaimer, pin};
+use crate::sync::epoch::pin;
 
 /// One lane's tree, written through the lane's own operations.
 pub struct LoomLane {
@@ -69,10 +70,18 @@ impl LoomReader {
 /// Clones share the table; only one of them may write.
 /// The model's writer side: the table's writer handle and its reclaimer, shared by the model's
 /// threads (one writes at a time).
-type SharedWriter = std::sync::Arc<std::sync::Mutex<(RunTableWriter, Reclaimer)>>;
+type SharedWriter = std::sync::Arc<std::sync::Mutex<(RunTableWriter, RunReclaimer)>>;
 
-/// The runs published, by key.
-type PublishedRuns = std::sync::Arc<std::sync::Mutex<Vec<(u64, Arc<Run>)>>>;
+/// The runs published, by key (the table owns them).
+type PublishedRuns = std::sync::Arc<std::sync::Mutex<Vec<(u64, VersionPtr)>>>;
+
+/// A run on the published list.
+fn listed<'a>(run: VersionPtr) -> &'a Run {
+    // SAFETY: the list holds the versions published and not yet unlinked (each leaves the list
+    // under its lock before the table unlinks it, and the unlinked one goes to the reclaimer,
+    // which under loom keeps it until the model ends); the table, or the caller, owns each.
+    unsafe { run.get() }
+}
 
 #[derive(Clone)]
 pub struct LoomTable {
@@ -87,7 +96,7 @@ impl Default for LoomTable {
         let writer = RunTableWriter::new(Mixer::random());
         Self {
             table: writer.table().clone(),
-            writer: std::sync::Arc::new(std::sync::Mutex::new((writer, Reclaimer::default()))),
+            writer: std::sync::Arc::new(std::sync::Mutex::new((writer, RunReclaimer::default()))),
             runs: Default::default(),
         }
     }
@@ -101,16 +110,16 @@ impl LoomTable {
     }
 
     /// A run with content `locals`.
-    fn run(locals: &[u64]) -> Arc<Run> {
+    fn run(locals: &[u64]) -> Version {
         let state =
             RunState { locals: Locals::new(locals), tail_id: 0, members: Holders::listed(&[]) };
-        Run::new(0, 0, state)
+        Run::version(0, 0, state, &mut VersionCache::default())
     }
 
     /// Publishes a run with content `locals` under `key`.
     pub fn insert(&self, key: u64, locals: &[u64]) {
         let run = Self::run(locals);
-        self.runs.lock().expect("not poisoned").push((key, run.clone()));
+        self.runs.lock().expect("not poisoned").push((key, VersionPtr::of(&run)));
         let (writer, retired) = &mut *self.writer.lock().expect("not poisoned");
         writer.insert(key, run, &pin(), retired);
     }
@@ -121,9 +130,9 @@ impl LoomTable {
         let mut runs = self.runs.lock().expect("not poisoned");
         let at = runs.iter().rposition(|(k, _)| *k == key).expect("a published key");
         let next = Self::run(locals);
-        let current = std::mem::replace(&mut runs[at].1, next.clone());
+        let current = std::mem::replace(&mut runs[at].1, VersionPtr::of(&next));
         let (writer, retired) = &mut *self.writer.lock().expect("not poisoned");
-        writer.replace(key, &current, next, &pin(), retired);
+        writer.replace(key, listed(current), next, &pin(), retired);
     }
 
     /// Unlinks the run last published under `key`.
@@ -132,16 +141,16 @@ impl LoomTable {
         let at = runs.iter().rposition(|(k, _)| *k == key).expect("a published key");
         let (_, run) = runs.remove(at);
         let (writer, retired) = &mut *self.writer.lock().expect("not poisoned");
-        writer.remove(key, &run, &pin(), retired);
+        writer.remove(key, listed(run), &pin(), retired);
     }
 
     /// Unlinks the run under `key` whose content starts with `first`.
     pub fn remove_starting(&self, key: u64, first: u64) {
         let mut runs = self.runs.lock().expect("not poisoned");
-        let at = runs.iter().position(|(k, run)| *k == key && run.first() == first);
+        let at = runs.iter().position(|&(k, run)| k == key && listed(run).first() == first);
         let (_, run) = runs.remove(at.expect("a published run"));
         let (writer, retired) = &mut *self.writer.lock().expect("not poisoned");
-        writer.remove(key, &run, &pin(), retired);
+        writer.remove(key, listed(run), &pin(), retired);
     }
 
     /// The content of the run under `key` that starts with `first`, if any.

@@ -30,6 +30,7 @@ mod run_table;
 mod spent;
 mod tag_map;
 mod tiered;
+mod versions;
 mod walk;
 mod worker_dump;
 mod worker_slots;

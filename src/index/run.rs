@@ -28,13 +28,17 @@
 //! most are short or long (a fixed inline array wasted most of its 88 bytes on both). So a
 //! version is a dynamically sized [`RunOf<[u64]>`](RunOf), reached through a fat pointer; the
 //! table's slots keep the thin pointer of its fixed part ([`RunHead`]), which records how many
-//! hashes follow, and [`Run::from_thin`] makes it whole again.
+//! hashes follow, and [`Run::from_thin`] makes it whole again. A slot owns its version as a
+//! [`Version`], with no reference count (readers borrow it under their epoch guard), in memory
+//! the lane recycles ([`VersionCache`]).
 
+use std::alloc::Layout;
 use std::ops::Range;
 
 use crate::index::holder_sets::Holders;
 use crate::index::locals::{INLINE, Locals};
-use crate::sync::{Arc, AtomicU32, Ordering, arc_from_std};
+use crate::index::versions::{Version, VersionCache, layout_of};
+use crate::sync::{Arc, AtomicU32, Ordering};
 
 /// Identifies a run to its lane (an index into the lane's arena).
 pub(crate) type RunId = u32;
@@ -98,61 +102,79 @@ struct Fixed {
     len: u32,
 }
 
-/// A version with `fixed` and `inline` (`N` hashes), as a [`Run`].
-fn sized<const N: usize>(fixed: Fixed, inline: &[u64]) -> Arc<Run> {
+/// A version with `fixed` and `inline` (`N` hashes), in memory from `cache`.
+fn sized<const N: usize>(fixed: Fixed, inline: &[u64], cache: &mut VersionCache) -> Version {
     let Fixed { id, parent_tail, tail_id, members, shared, start, len } = fixed;
     let mut hashes = [0; N];
     hashes.copy_from_slice(inline);
-    let run: std::sync::Arc<Run> = std::sync::Arc::new(RunOf {
-        id: AtomicU32::new(id),
-        inline_len: N as u32,
-        parent_tail,
-        tail_id,
-        members,
-        shared,
-        start,
-        len,
-        inline: hashes,
-    });
-    arc_from_std(run)
+    debug_assert_eq!(Layout::new::<RunOf<[u64; N]>>(), layout_of(N));
+    let memory = cache.take(N).cast::<RunOf<[u64; N]>>();
+    // SAFETY: `take` gives memory of `layout_of(N)`, the layout of `RunOf<[u64; N]>`, that
+    // nothing else uses; it is written whole here.
+    unsafe {
+        memory.as_ptr().write(RunOf {
+            id: AtomicU32::new(id),
+            inline_len: N as u32,
+            parent_tail,
+            tail_id,
+            members,
+            shared,
+            start,
+            len,
+            inline: hashes,
+        });
+    }
+    // SAFETY: written whole above, into memory of `layout_of` its inline length from the global
+    // allocator (`take`), owned by nothing else; `repr(C)` puts its fixed fields where a
+    // `RunHead`'s are.
+    unsafe { Version::from_raw(memory.as_ptr().cast::<RunHead>()) }
 }
 
-/// A version with `fixed` and `inline` (at most [`INLINE`] hashes), as a [`Run`].
-fn made(fixed: Fixed, inline: &[u64]) -> Arc<Run> {
+/// A version with `fixed` and `inline` (at most [`INLINE`] hashes), in memory from `cache`.
+fn made(fixed: Fixed, inline: &[u64], cache: &mut VersionCache) -> Version {
     // One arm per length an inline run can have.
     const _: () = assert!(INLINE == 11, "one arm per inline length below");
     match inline.len() {
-        0 => sized::<0>(fixed, inline),
-        1 => sized::<1>(fixed, inline),
-        2 => sized::<2>(fixed, inline),
-        3 => sized::<3>(fixed, inline),
-        4 => sized::<4>(fixed, inline),
-        5 => sized::<5>(fixed, inline),
-        6 => sized::<6>(fixed, inline),
-        7 => sized::<7>(fixed, inline),
-        8 => sized::<8>(fixed, inline),
-        9 => sized::<9>(fixed, inline),
-        10 => sized::<10>(fixed, inline),
-        _ => sized::<11>(fixed, inline),
+        0 => sized::<0>(fixed, inline, cache),
+        1 => sized::<1>(fixed, inline, cache),
+        2 => sized::<2>(fixed, inline, cache),
+        3 => sized::<3>(fixed, inline, cache),
+        4 => sized::<4>(fixed, inline, cache),
+        5 => sized::<5>(fixed, inline, cache),
+        6 => sized::<6>(fixed, inline, cache),
+        7 => sized::<7>(fixed, inline, cache),
+        8 => sized::<8>(fixed, inline, cache),
+        9 => sized::<9>(fixed, inline, cache),
+        10 => sized::<10>(fixed, inline, cache),
+        _ => sized::<11>(fixed, inline, cache),
     }
 }
 
 impl Run {
-    /// A version of the lane's run `id`, hanging from `parent_tail`, in `state`.
-    pub(crate) fn new(id: u32, parent_tail: u64, state: RunState) -> Arc<Run> {
+    /// A version of the lane's run `id`, hanging from `parent_tail`, in `state`, in memory from
+    /// `cache`.
+    pub(crate) fn version(
+        id: u32,
+        parent_tail: u64,
+        state: RunState,
+        cache: &mut VersionCache,
+    ) -> Version {
         let RunState { locals, tail_id, members } = state;
         let fixed =
             |shared, start, len| Fixed { id, parent_tail, tail_id, members, shared, start, len };
         match locals {
-            Locals::Shared { buffer, start, len } => made(fixed(Some(buffer), start, len), &[]),
+            Locals::Shared { buffer, start, len } => {
+                made(fixed(Some(buffer), start, len), &[], cache)
+            }
             Locals::Inline { len, hashes } => {
-                made(fixed(None, 0, u32::from(len)), &hashes[..usize::from(len)])
+                made(fixed(None, 0, u32::from(len)), &hashes[..usize::from(len)], cache)
             }
         }
     }
 
-    /// This version with `members` as its holders (the same run, hashes and tail id).
-    pub(crate) fn with_members(&self, members: Holders) -> Arc<Run> {
+    /// This version with `members` as its holders (the same run, hashes and tail id), in
+    /// memory from `cache`.
+    pub(crate) fn with_members(&self, members: Holders, cache: &mut VersionCache) -> Version {
         let fixed = Fixed {
             id: self.id.load(Ordering::Relaxed),
             parent_tail: self.parent_tail,
@@ -162,7 +184,7 @@ impl Run {
             start: self.start,
             len: self.len,
         };
-        made(fixed, &self.inline)
+        made(fixed, &self.inline, cache)
     }
 
     /// The content hash of each block.
@@ -178,6 +200,12 @@ impl Run {
     #[inline]
     pub(crate) fn len(&self) -> usize {
         self.len as usize
+    }
+
+    /// How many hashes are inside the version (its size: see [`layout_of`]).
+    #[inline]
+    pub(crate) fn inline_len(&self) -> usize {
+        self.inline_len as usize
     }
 
     /// Whether the hashes are inside the version (else in an allocation versions share).
@@ -204,7 +232,7 @@ impl Run {
             .shared
             .as_ref()
             .map_or(0, |shared| 2 * size_of::<usize>() + size_of_val::<[u64]>(shared));
-        2 * size_of::<usize>() + size_of_val(self) + shared
+        size_of_val(self) + shared
     }
 
     /// Whether this is the child with content `local` of the node tailed `parent_tail`.
@@ -219,13 +247,7 @@ impl Run {
         self.locals()[0]
     }
 
-    /// Gives up `run`'s count as the thin pointer a table slot keeps; [`Self::from_thin`] makes
-    /// it whole again.
-    pub(crate) fn into_thin(run: Arc<Run>) -> *mut RunHead {
-        Arc::into_raw(run).cast::<RunHead>().cast_mut()
-    }
-
-    /// The thin pointer of `run`, as [`Self::into_thin`] gave it.
+    /// The thin pointer of `run`, as [`Version::into_raw`] gives it.
     pub(crate) fn thin(run: &Run) -> *mut RunHead {
         std::ptr::from_ref(run).cast::<RunHead>().cast_mut()
     }
@@ -234,22 +256,21 @@ impl Run {
     ///
     /// # Safety
     ///
-    /// `thin` came from [`Self::into_thin`] or [`Self::thin`], and its version lives for `'a`.
+    /// `thin` came from [`Version::into_raw`] or [`Self::thin`], and its version lives for `'a`.
     #[inline]
     pub(crate) unsafe fn from_thin<'a>(thin: *const RunHead) -> &'a Run {
         // SAFETY: the caller's promise: `thin` points at a live version, which `fat` makes whole.
         unsafe { &*fat(thin) }
     }
 
-    /// Takes back the count [`Self::into_thin`] gave up.
+    /// The version `thin` points at, whole, as a pointer that may drop it.
     ///
     /// # Safety
     ///
-    /// `thin` came from [`Self::into_thin`], and each is taken back once.
-    pub(crate) unsafe fn arc_from_thin(thin: *const RunHead) -> Arc<Run> {
-        // SAFETY: `fat` gives back the pointer `Arc::into_raw` returned (same address, same
-        // metadata), which the caller takes back once.
-        unsafe { Arc::from_raw(fat(thin)) }
+    /// `thin` came from [`Version::into_raw`], and its version is live.
+    pub(crate) unsafe fn fat_mut(thin: *mut RunHead) -> *mut Run {
+        // SAFETY: the caller's promise.
+        unsafe { fat(thin) }.cast_mut()
     }
 }
 
@@ -282,27 +303,29 @@ mod tests {
     #[test]
     fn versions_are_sized_to_their_run() {
         let values: Vec<u64> = (100..140).collect();
+        let mut cache = VersionCache::default();
         for len in 1..=values.len() {
-            let run = Run::new(7, 5, state(Locals::new(&values[..len])));
+            let run = Run::version(7, 5, state(Locals::new(&values[..len])), &mut cache);
             assert_eq!(run.locals(), &values[..len]);
             assert_eq!((run.len(), run.first(), run.tail_id, run.parent_tail), (len, 100, 9, 5));
             assert_eq!(run.is_inline(), len <= INLINE, "{len}");
             let inline = if len <= INLINE { len } else { 0 };
+            assert_eq!(run.inline_len(), inline);
             assert_eq!(size_of_val(&*run), size_of::<RunHead>() + inline * 8, "{len}");
+            assert_eq!(Layout::for_value(&*run), layout_of(inline), "{len}");
             let shared = if len <= INLINE { 0 } else { 16 + len * 8 };
-            assert_eq!(run.bytes(), 16 + size_of_val(&*run) + shared);
-            // Through the thin pointer a slot keeps, and back to the count it gave up.
-            let thin = Run::into_thin(run.clone());
-            assert_eq!(thin, Run::thin(&run));
-            // SAFETY: `thin` holds a count until it is taken back below.
+            assert_eq!(run.bytes(), size_of_val(&*run) + shared);
+            // Through the thin pointer a slot keeps, and back to an owner.
+            let at = Run::thin(&run);
+            let thin = run.into_raw();
+            assert_eq!(thin, at);
+            // SAFETY: `thin` owns its version until it is taken back below.
             let seen = unsafe { Run::from_thin(thin) };
             assert_eq!((seen.locals(), seen.tail_id), (&values[..len], 9));
-            // SAFETY: from `into_thin`, taken back once.
-            let back = unsafe { Run::arc_from_thin(thin) };
-            assert!(Arc::ptr_eq(&back, &run));
-            assert_eq!(Arc::strong_count(&run), 2);
+            // SAFETY: from `into_raw`, taken back once.
+            let run = unsafe { Version::from_raw(thin) };
             // A holder change keeps everything else, a long run's hashes where they are.
-            let other = run.with_members(Holders::listed(&[Worker::new(4, 0)]));
+            let other = run.with_members(Holders::listed(&[Worker::new(4, 0)]), &mut cache);
             assert_eq!((other.locals(), other.tail_id, other.parent_tail), (run.locals(), 9, 5));
             assert_eq!(
                 (other.id.load(Ordering::Relaxed), size_of_val(&*other)),
@@ -310,7 +333,16 @@ mod tests {
             );
             assert_eq!(other.locals().as_ptr() == run.locals().as_ptr(), len > INLINE, "{len}");
             assert!(other.members.holds(Worker::new(4, 0), None));
+            // Recycled memory makes the next version of its size; dropped, the other is freed.
+            let memory = Run::thin(&run);
+            cache.recycle(run);
+            let again = Run::version(8, 5, state(Locals::new(&values[..len])), &mut cache);
+            assert_eq!(Run::thin(&again), memory, "{len}");
+            assert_eq!((again.id.load(Ordering::Relaxed), again.locals()), (8, &values[..len]));
+            drop(other);
+            cache.recycle(again);
         }
+        assert!(cache.bytes() > 0);
     }
 
     /// A part of a version is inline when short, shares a long run's allocation while it
@@ -318,8 +350,9 @@ mod tests {
     #[test]
     fn parts_of_a_version_share_or_copy_its_hashes() {
         let values: Vec<u64> = (0..100).collect();
-        let long = Run::new(1, 0, state(Locals::new(&values)));
-        let short = Run::new(1, 0, state(Locals::new(&values[..8])));
+        let mut cache = VersionCache::default();
+        let long = Run::version(1, 0, state(Locals::new(&values)), &mut cache);
+        let short = Run::version(1, 0, state(Locals::new(&values[..8])), &mut cache);
         let buffer = |locals: &Locals| match locals {
             Locals::Inline { .. } => None,
             Locals::Shared { buffer, .. } => Some(buffer.as_ptr()),
@@ -337,7 +370,7 @@ mod tests {
         let some = short.part(2..6);
         assert_eq!((&*some, buffer(&some)), (&values[2..6], None));
         // A version made from a shared part reads through the same allocation.
-        let from_head = Run::new(2, 0, state(head));
+        let from_head = Run::version(2, 0, state(head), &mut cache);
         assert_eq!(from_head.locals().as_ptr(), long.locals().as_ptr());
         assert_eq!(from_head.locals(), &values[..60]);
     }

@@ -24,12 +24,13 @@
 //! row. Hints are only ever prefetched, never read through, and the writer stores them apart
 //! from the pointer, so a hint of another version of the run costs a useless prefetch at most.
 //!
-//! Every live slot owns one strong count of its run, as the thin pointer [`Run::into_thin`]
-//! gives. A removed run's count goes to the writer's [`Reclaimer`], which gives it back once no
-//! pinned reader can hold the pointer.
+//! Every live slot owns its run's version, as the thin pointer [`Version::into_raw`] gives. A
+//! removed version goes to the writer's [`Reclaimer`], which hands it back to the lane (to build
+//! later versions in its memory) once no pinned reader can hold the pointer.
 
 use crate::index::locals::INLINE;
 use crate::index::run::{Run, RunHead};
+use crate::index::versions::Version;
 use crate::index::worker_slots::WorkerSlots;
 use crate::mix::Mixer;
 use crate::prefetch::{prefetch_line, prefetch_span};
@@ -87,7 +88,7 @@ impl Hints {
     }
 
     /// The size of the run's version (if these hints are its version's): a run of up to
-    /// [`INLINE`] blocks has them all inline, a longer one none (see [`Run::new`]).
+    /// [`INLINE`] blocks has them all inline, a longer one none (see [`Run::version`]).
     fn run_bytes(self) -> usize {
         let inline = if self.len as usize <= INLINE { self.len as usize } else { 0 };
         size_of::<RunHead>() + inline * size_of::<u64>()
@@ -204,11 +205,11 @@ impl<'a> Lookup<'a> {
             }
             let run = slot.run.load(Ordering::Acquire);
             // SAFETY: a non-null pointer was stored (with release, after the run was built) by
-            // `insert` or `replace` and owns a strong count. That count is released only
-            // through the writer's reclaimer after the pointer is unlinked from every array a
-            // reader can still load, so it outlives the guard the lookup borrows; or when the
-            // table drops, which it cannot while the lookup borrows it (`'a` is within both).
-            // A tombstone holds null.
+            // `insert` or `replace` and owns its version. The version is dropped (or handed
+            // back for reuse) only through the writer's reclaimer after the pointer is unlinked
+            // from every array a reader can still load, so it outlives the guard the lookup
+            // borrows; or when the table drops, which it cannot while the lookup borrows it
+            // (`'a` is within both). A tombstone holds null.
             if run.is_null() {
                 continue;
             }
@@ -217,7 +218,7 @@ impl<'a> Lookup<'a> {
             // taken from the hints, as reading it from the run would wait for its first line.
             self.hints = slot.hints();
             prefetch_span(run.addr(), self.hints.run_bytes());
-            // SAFETY: see above; the pointer is a thin one from `Run::into_thin`.
+            // SAFETY: see above; the pointer is a thin one from `Version::into_raw`.
             let run = unsafe { Run::from_thin(run) };
             if let Some(hashes) = self.hints.hashes_of(run) {
                 prefetch_span(hashes, HINTED_HASH_BYTES);
@@ -246,18 +247,18 @@ pub(crate) struct RunTable {
     names: WorkerSlots,
 }
 
-/// One strong count of a run, held as the raw pointer a slot stored; dropping it releases it.
-struct OwnedRun(*const RunHead);
-// SAFETY: the pointer carries one strong count of an `Arc<Run>`, and `Run` is `Send + Sync`, so
-// releasing it on another thread is what dropping that `Arc` there would do.
-unsafe impl Send for OwnedRun {}
+/// What a writer retires runs to: their versions come back to it once readers let go.
+pub(crate) type RunReclaimer = Reclaimer<Version>;
 
-impl Drop for OwnedRun {
-    fn drop(&mut self) {
-        // SAFETY: the pointer came from `Run::into_thin`, and each `OwnedRun` is made once per
-        // unlinked pointer, so its count is released exactly once.
-        drop(unsafe { Run::arc_from_thin(self.0) });
-    }
+/// Takes back the version a slot owned, once unlinked.
+///
+/// # Safety
+///
+/// `thin` is a non-null pointer a slot stored (from [`Version::into_raw`]) and has just
+/// unlinked: each is taken back once.
+unsafe fn owned(thin: *mut RunHead) -> Version {
+    // SAFETY: the caller's promise.
+    unsafe { Version::from_raw(thin) }
 }
 
 /// The only handle that changes a [`RunTable`]; see the [module docs](self).
@@ -284,9 +285,9 @@ impl RunTableWriter {
     pub(crate) fn insert(
         &mut self,
         key: u64,
-        run: Arc<Run>,
+        run: Version,
         guard: &Guard,
-        retired: &mut Reclaimer,
+        retired: &mut RunReclaimer,
     ) {
         let key = stored_key(key);
         if self.0.keyed.load(Ordering::Relaxed) + 1 > self.capacity(guard) / 4 * 3 {
@@ -294,7 +295,7 @@ impl RunTableWriter {
         }
         let (slot, found) = self.0.current.load(guard).vacant(key, self.0.mixer);
         slot.set_hints(Hints::of(&run));
-        slot.run.store(Run::into_thin(run), Ordering::Release);
+        slot.run.store(run.into_raw(), Ordering::Release);
         if found == EMPTY {
             // Published after the pointer: a reader that sees the key sees the run.
             slot.key.store(key, Ordering::Release);
@@ -304,20 +305,21 @@ impl RunTableWriter {
     }
 
     /// Puts `next` (a new version of `current`, published under `key`) in `current`'s slot;
-    /// `current`'s count is released once readers that may hold it are gone.
+    /// `current` is handed back to the writer once readers that may hold it are gone.
     pub(crate) fn replace(
         &mut self,
         key: u64,
         current: &Run,
-        next: Arc<Run>,
+        next: Version,
         guard: &Guard,
-        retired: &mut Reclaimer,
+        retired: &mut RunReclaimer,
     ) {
         let slot = self.slot_of(stored_key(key), current, guard);
         slot.set_hints(Hints::of(&next));
         // Release: a reader that loads the pointer sees the version whole.
-        let old = slot.run.swap(Run::into_thin(next), Ordering::AcqRel);
-        retired.retire(Box::new(OwnedRun(old)));
+        let old = slot.run.swap(next.into_raw(), Ordering::AcqRel);
+        // SAFETY: `current`'s pointer, stored by `insert` or `replace`, unlinked just now.
+        retired.retire_value(unsafe { owned(old) });
     }
 
     /// The slot holding `run`, published under `key` (as stored).
@@ -332,12 +334,19 @@ impl RunTableWriter {
             .expect("a live run is in the table under its key")
     }
 
-    /// Unlinks `run`, published under `key`; its count is released once readers that may hold
-    /// it are gone.
-    pub(crate) fn remove(&mut self, key: u64, run: &Run, guard: &Guard, retired: &mut Reclaimer) {
+    /// Unlinks `run`, published under `key`; it is handed back to the writer once readers that
+    /// may hold it are gone.
+    pub(crate) fn remove(
+        &mut self,
+        key: u64,
+        run: &Run,
+        guard: &Guard,
+        retired: &mut RunReclaimer,
+    ) {
         let slot = self.slot_of(stored_key(key), run, guard);
         let run = slot.run.swap(std::ptr::null_mut(), Ordering::AcqRel);
-        retired.retire(Box::new(OwnedRun(run)));
+        // SAFETY: `run`'s pointer, stored by `insert` or `replace`, unlinked just now.
+        retired.retire_value(unsafe { owned(run) });
         let live = self.0.live.load(Ordering::Relaxed) - 1;
         self.0.live.store(live, Ordering::Relaxed);
         if self.capacity(guard) > MIN_SLOTS && live < self.capacity(guard) / 8 {
@@ -347,11 +356,12 @@ impl RunTableWriter {
 
     /// Unlinks every run, trusting only the slots (a lane restarting after a panic may have
     /// left its own records of them half changed).
-    pub(crate) fn clear(&mut self, guard: &Guard, retired: &mut Reclaimer) {
+    pub(crate) fn clear(&mut self, guard: &Guard, retired: &mut RunReclaimer) {
         for slot in self.0.current.load(guard).slots.iter() {
             let run = slot.run.swap(std::ptr::null_mut(), Ordering::AcqRel);
             if !run.is_null() {
-                retired.retire(Box::new(OwnedRun(run)));
+                // SAFETY: a slot's non-null pointer, unlinked just now.
+                retired.retire_value(unsafe { owned(run) });
             }
         }
         self.0.current.replace(Slots::with_capacity(MIN_SLOTS), retired);
@@ -364,8 +374,8 @@ impl RunTableWriter {
     }
 
     /// Moves the live entries into a fresh array with room for `live` at most half full. The
-    /// pointers move with their counts; the old array is retired without releasing them.
-    fn rebuild(&mut self, live: usize, guard: &Guard, retired: &mut Reclaimer) {
+    /// pointers move with their versions; the old array is retired without them.
+    fn rebuild(&mut self, live: usize, guard: &Guard, retired: &mut RunReclaimer) {
         let capacity = (live * 2).next_power_of_two().max(MIN_SLOTS);
         let fresh = Slots::with_capacity(capacity);
         let mut moved = 0;
@@ -444,12 +454,13 @@ impl RunTable {
 
 impl Drop for RunTable {
     fn drop(&mut self) {
-        // `&mut self`: no reader is left, so the live counts can go now.
+        // `&mut self`: no reader is left, so the live versions can go now.
         let guard = crate::sync::epoch::pin();
         for slot in self.current.load(&guard).slots.iter() {
             let run = slot.run.swap(std::ptr::null_mut(), Ordering::Relaxed);
             if !run.is_null() {
-                drop(OwnedRun(run));
+                // SAFETY: a slot's non-null pointer, unlinked just now.
+                drop(unsafe { owned(run) });
             }
         }
     }
@@ -464,28 +475,40 @@ mod tests {
     use crate::index::holder_sets::{HolderView, Holders};
     use crate::index::locals::Locals;
     use crate::index::run::RunState;
+    use crate::index::versions::VersionCache;
     use crate::sync::AtomicBool;
-    use crate::sync::epoch::Reclaimer;
     use crate::sync::epoch::pin;
 
     /// A run hanging from `parent_tail` with content `locals`, marked `tag` (its id and tail
-    /// id, and its one holder's id).
-    fn tagged_run(locals: &[u64], tag: u64, parent_tail: u64) -> Arc<Run> {
+    /// id, and its one holder's id), in memory from `cache`.
+    fn cached_run(locals: &[u64], tag: u64, parent_tail: u64, cache: &mut VersionCache) -> Version {
         let state = RunState {
             locals: Locals::new(locals),
             tail_id: tag,
             members: Holders::listed(&[Worker::new(tag, 0)]),
         };
-        Run::new(tag as u32, parent_tail, state)
+        Run::version(tag as u32, parent_tail, state, cache)
+    }
+
+    /// [`cached_run`] in fresh memory.
+    fn tagged_run(locals: &[u64], tag: u64, parent_tail: u64) -> Version {
+        cached_run(locals, tag, parent_tail, &mut VersionCache::default())
     }
 
     /// A run hanging from `parent_tail`, with content `[key, key + 1]`.
-    fn run_below(key: u64, parent_tail: u64) -> Arc<Run> {
+    fn run_below(key: u64, parent_tail: u64) -> Version {
         tagged_run(&[key, key.wrapping_add(1)], key, parent_tail)
     }
 
-    fn run(key: u64) -> Arc<Run> {
+    fn run(key: u64) -> Version {
         run_below(key, 0)
+    }
+
+    /// The run a test published at `thin` (its [`Run::thin`] before publishing).
+    fn live<'a>(thin: *mut RunHead) -> &'a Run {
+        // SAFETY: the tests pass only pointers of versions they published and have not unlinked
+        // (or unlinked under a guard they still hold): the table owns those.
+        unsafe { Run::from_thin(thin) }
     }
 
     fn any(_: &Run) -> bool {
@@ -520,11 +543,13 @@ mod tests {
                 found
             })
         };
-        let mut retired = Reclaimer::default();
+        let mut retired = RunReclaimer::default();
         let guard = pin();
-        let runs: HashMap<u64, Arc<Run>> = (1..=keys).map(|key| (key, run(key))).collect();
+        let mut runs = HashMap::new();
         for key in 1..=keys {
-            table.insert(key, runs[&key].clone(), &guard, &mut retired);
+            let run = run(key);
+            runs.insert(key, Run::thin(&run));
+            table.insert(key, run, &guard, &mut retired);
         }
         for key in 1..=keys {
             assert!(table.table().get(key, &guard, any).is_some());
@@ -533,10 +558,10 @@ mod tests {
         drop(guard);
         for key in (1..=keys).filter(|key| key % 16 != 0) {
             let guard = pin();
-            table.remove(key, &runs[&key], &guard, &mut retired);
+            table.remove(key, live(runs[&key]), &guard, &mut retired);
             retired.seal(&guard);
             drop(guard);
-            retired.reclaim();
+            retired.reclaim_with(drop);
         }
         let guard = pin();
         // A removed key can come back (its tombstone is reused).
@@ -562,15 +587,18 @@ mod tests {
 
     /// A lane replaces a run's version in its slot on every change: a reader sees one version
     /// whole (its content and its holders agree), and a version it holds stays readable after
-    /// it is replaced, until the reclaimer frees it. Run under miri too (see the README).
+    /// it is replaced, until the reclaimer hands it back to be built over. Run under miri too
+    /// (see the README).
     #[test]
     fn replaced_versions_stay_whole_under_a_reader() {
         let versions: u64 = if cfg!(miri) { 40 } else { 4000 };
-        let version = |v: u64| tagged_run(&[1, v], v, 0);
+        let mut cache = VersionCache::default();
+        let version = |v: u64, cache: &mut VersionCache| cached_run(&[1, v], v, 0, cache);
         let mut table = RunTableWriter::new(Mixer::random());
-        let mut retired = Reclaimer::default();
-        let mut current = version(0);
-        table.insert(1, current.clone(), &pin(), &mut retired);
+        let mut retired = RunReclaimer::default();
+        let first = version(0, &mut cache);
+        let mut current = Run::thin(&first);
+        table.insert(1, first, &pin(), &mut retired);
         let done = Arc::new(AtomicBool::new(false));
         let reader = {
             let (table, done) = (table.table().clone(), done.clone());
@@ -588,20 +616,26 @@ mod tests {
                 }
             })
         };
+        let (mut made_at, mut reused) = (std::collections::HashSet::from([current]), 0);
         for v in 1..=versions {
             let guard = pin();
-            let next = version(v);
-            table.replace(1, &current, next.clone(), &guard, &mut retired);
-            current = next;
+            let next = version(v, &mut cache);
+            let at = Run::thin(&next);
+            reused += usize::from(!made_at.insert(at));
+            table.replace(1, live(current), next, &guard, &mut retired);
+            current = at;
             retired.seal(&guard);
             drop(guard);
-            retired.reclaim();
+            retired.reclaim_with(|old| cache.recycle(old));
         }
         done.store(true, Ordering::Release);
         reader.join().unwrap();
         let guard = pin();
         assert_eq!(table.table().get(1, &guard, any).expect("published").tail_id, versions);
         assert_eq!(table.table().live.load(Ordering::Relaxed), 1);
+        // Later versions were built in reclaimed ones' memory (not required under miri, whose
+        // few pins may not move the epoch on).
+        assert!(cfg!(miri) || reused > versions as usize / 2, "{reused} of {versions} reused");
     }
 
     /// A lookup's hints name its run's tail, length and out-of-line hashes, through inserts,
@@ -610,7 +644,7 @@ mod tests {
     #[test]
     fn hints_follow_the_run_in_the_slot() {
         let mut table = RunTableWriter::new(Mixer::random());
-        let mut retired = Reclaimer::default();
+        let mut retired = RunReclaimer::default();
         let guard = pin();
         let long: Vec<u64> = (100..140).collect();
         let check = |table: &RunTableWriter, key: u64, run: &Run| {
@@ -619,31 +653,40 @@ mod tests {
             assert!(std::ptr::eq(found, run));
             let hints = lookup.hints();
             assert_eq!((hints.tail, hints.len as usize), (run.tail_id, run.len()));
-            let hashes = (!run.is_inline()).then(|| run.locals().as_ptr().addr());
+            // Hinted when out of line and near enough (memory from another thread's arena may
+            // not be).
+            let at = run.locals().as_ptr().addr();
+            let near = at.abs_diff(std::ptr::from_ref(run).addr()) < 1 << 33;
+            let hashes = (!run.is_inline() && near).then_some(at);
             assert_eq!(hints.hashes_of(found), hashes, "key {key}");
             // What a lookup prefetches of the run is all of it.
             assert_eq!(hints.run_bytes(), size_of_val(run), "key {key}");
         };
-        let (short, long_run) = (tagged_run(&[1, 2], 5, 0), tagged_run(&long, 6, 0));
-        table.insert(1, short.clone(), &guard, &mut retired);
-        table.insert(100, long_run.clone(), &guard, &mut retired);
-        check(&table, 1, &short);
-        check(&table, 100, &long_run);
+        let publish =
+            |table: &mut RunTableWriter, key, run: Version, retired: &mut RunReclaimer| {
+                let at = Run::thin(&run);
+                table.insert(key, run, &guard, retired);
+                at
+            };
+        let short = publish(&mut table, 1, tagged_run(&[1, 2], 5, 0), &mut retired);
+        let long_run = publish(&mut table, 100, tagged_run(&long, 6, 0), &mut retired);
+        check(&table, 1, live(short));
+        check(&table, 100, live(long_run));
         // New versions: the short run grows out of line, the long one shrinks inline.
         let (grown, shrunk) = (tagged_run(&long[..20], 7, 0), tagged_run(&long[..3], 8, 0));
-        table.replace(1, &short, grown.clone(), &guard, &mut retired);
-        table.replace(100, &long_run, shrunk.clone(), &guard, &mut retired);
-        check(&table, 1, &grown);
-        check(&table, 100, &shrunk);
+        let (grown_at, shrunk_at) = (Run::thin(&grown), Run::thin(&shrunk));
+        table.replace(1, live(short), grown, &guard, &mut retired);
+        table.replace(100, live(long_run), shrunk, &guard, &mut retired);
+        check(&table, 1, live(grown_at));
+        check(&table, 100, live(shrunk_at));
         // Rebuilds move the hints with their runs.
-        let more: Vec<Arc<Run>> = (1000..1200).map(|key| tagged_run(&long, key, 0)).collect();
-        for (key, run) in (1000..).zip(&more) {
-            table.insert(key, run.clone(), &guard, &mut retired);
-        }
-        check(&table, 1, &grown);
-        check(&table, 100, &shrunk);
-        for (key, run) in (1000..).zip(&more) {
-            check(&table, key, run);
+        let more: Vec<*mut RunHead> = (1000..1200)
+            .map(|key| publish(&mut table, key, tagged_run(&long, key, 0), &mut retired))
+            .collect();
+        check(&table, 1, live(grown_at));
+        check(&table, 100, live(shrunk_at));
+        for (key, &run) in (1000..).zip(&more) {
+            check(&table, key, live(run));
         }
     }
 
@@ -652,32 +695,32 @@ mod tests {
     #[test]
     fn colliding_keys_are_told_apart() {
         let mut table = RunTableWriter::new(Mixer::random());
-        let mut retired = Reclaimer::default();
+        let mut retired = RunReclaimer::default();
         let guard = pin();
         let is = |first: u64, parent: u64| move |run: &Run| run.is_child(parent, first);
         // Per key, several runs told apart by the tail they hang from.
         let keys = [0, u64::MAX, 7];
-        let mut live: Vec<(u64, u64, Arc<Run>)> = Vec::new();
+        let mut published: Vec<(u64, u64, *mut RunHead)> = Vec::new();
         for parent in 0..40 {
             for key in keys {
                 let run = run_below(key, parent);
-                table.insert(key, run.clone(), &guard, &mut retired);
-                live.push((key, parent, run));
+                published.push((key, parent, Run::thin(&run)));
+                table.insert(key, run, &guard, &mut retired);
             }
         }
         let reader = table.table().clone();
-        let check = |live: &[(u64, u64, Arc<Run>)]| {
-            for (key, parent, run) in live {
-                let found = reader.get(*key, &guard, is(*key, *parent)).expect("a live run");
-                assert!(std::ptr::eq(found, &**run), "key {key:#x} below {parent}");
+        let check = |published: &[(u64, u64, *mut RunHead)]| {
+            for &(key, parent, run) in published {
+                let found = reader.get(key, &guard, is(key, parent)).expect("a live run");
+                assert!(std::ptr::eq(found, live(run)), "key {key:#x} below {parent}");
             }
         };
-        check(&live);
+        check(&published);
         // Removing every other one leaves exactly the rest; their slots are reused.
         let mut kept = Vec::new();
-        for (at, entry) in live.into_iter().enumerate() {
+        for (at, entry) in published.into_iter().enumerate() {
             if at % 2 == 0 {
-                table.remove(entry.0, &entry.2, &guard, &mut retired);
+                table.remove(entry.0, live(entry.2), &guard, &mut retired);
                 assert!(table.table().get(entry.0, &guard, is(entry.0, entry.1)).is_none());
             } else {
                 kept.push(entry);
@@ -685,7 +728,7 @@ mod tests {
         }
         check(&kept);
         while let Some((key, parent, run)) = kept.pop() {
-            table.remove(key, &run, &guard, &mut retired);
+            table.remove(key, live(run), &guard, &mut retired);
             assert!(table.table().get(key, &guard, is(key, parent)).is_none());
             check(&kept);
         }

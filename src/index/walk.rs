@@ -387,6 +387,7 @@ mod tests {
     use crate::index::locals::Locals;
     use crate::index::run::RunState;
     use crate::index::run_table::RunTableWriter;
+    use crate::index::versions::VersionCache;
     use crate::mix::Mixer;
     use crate::sync::epoch::{Reclaimer, pin};
 
@@ -401,7 +402,7 @@ mod tests {
         let run = |parent_tail: u64, locals: &[u64], tail_id: u64| {
             let members = Holders::listed(&[worker]);
             let state = RunState { locals: Locals::new(locals), tail_id, members };
-            Run::new(0, parent_tail, state)
+            Run::version(0, parent_tail, state, &mut VersionCache::default())
         };
         let long: Vec<u64> = (12..40).collect();
         let mut decoy = long.clone();

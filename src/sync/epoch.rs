@@ -6,8 +6,10 @@
 //! atomic swap, so each old value is unlinked exactly once whoever replaces it: nothing about
 //! `Published` relies on there being one writer. What a writer unlinks goes to its
 //! [`Reclaimer`] and is freed on the writer's thread once every reader pinned before the
-//! unlinking has unpinned: while the writer lives, readers only ever run a flag store for it,
-//! never a destructor, so a query's latency does not depend on how much the writer retires.
+//! unlinking has unpinned, or handed back to the writer to reuse its memory (a lane's run
+//! versions, [`Reclaimer::retire_value`]): while the writer lives, readers only ever run a flag
+//! store for it, never a destructor, so a query's latency does not depend on how much the
+//! writer retires.
 //! What a reclaimer still holds when it drops (a pool shutting down) goes to crossbeam's global
 //! queue, whose frees any pinning thread may run, a reader included. Normally pinning is
 //! `crossbeam-epoch`'s; under loom nothing is freed before the reclaimer drops, so loom sees our
@@ -42,13 +44,19 @@ mod imp {
         }
     }
 
-    /// A writer's retired values, freed on its own thread in batches once no reader can hold
-    /// them; see the [module docs](super).
-    #[derive(Default)]
-    pub struct Reclaimer {
-        batch: Vec<Garbage>,
+    /// What a writer retired: garbage to drop, or a value of its own kind to hand back.
+    enum Retired<V> {
+        Garbage(Garbage),
+        Value(V),
+    }
+
+    /// A writer's retired values, freed (or handed back) on its own thread in batches once no
+    /// reader can hold them; see the [module docs](super). `V` is the kind of value the writer
+    /// takes back to reuse ([`Self::retire_value`], [`Self::reclaim_with`]).
+    pub struct Reclaimer<V: Send + 'static = Garbage> {
+        batch: Vec<Retired<V>>,
         /// Sealed batches, oldest first, each with its number.
-        sealed: VecDeque<(u64, Vec<Garbage>)>,
+        sealed: VecDeque<(u64, Vec<Retired<V>>)>,
         /// Batches sealed so far.
         seals: u64,
         /// The highest batch number the epoch has found safe: safety is monotone (a batch
@@ -56,13 +64,31 @@ mod imp {
         /// batch up to it is safe too.
         safe: Arc<AtomicU64>,
         /// An emptied batch kept for its allocation (up to a size).
-        spare: Vec<Garbage>,
+        spare: Vec<Retired<V>>,
     }
 
-    impl Reclaimer {
+    impl<V: Send + 'static> Default for Reclaimer<V> {
+        fn default() -> Self {
+            Self {
+                batch: Vec::new(),
+                sealed: VecDeque::new(),
+                seals: 0,
+                safe: Arc::default(),
+                spare: Vec::new(),
+            }
+        }
+    }
+
+    impl<V: Send + 'static> Reclaimer<V> {
         /// Adds `garbage` (already unlinked) to the open batch.
         pub fn retire(&mut self, garbage: Garbage) {
-            self.batch.push(garbage);
+            self.batch.push(Retired::Garbage(garbage));
+        }
+
+        /// Adds `value` (already unlinked) to the open batch, to be handed back by
+        /// [`Self::reclaim_with`] (no allocation, unlike [`Self::retire`]).
+        pub fn retire_value(&mut self, value: V) {
+            self.batch.push(Retired::Value(value));
         }
 
         /// Closes the open batch: it becomes free to drop once every thread pinned now has
@@ -78,12 +104,18 @@ mod imp {
             self.sealed.push_back((number, batch));
         }
 
-        /// Drops the sealed batches no reader can hold any more.
-        pub fn reclaim(&mut self) {
+        /// Drops the sealed batches no reader can hold any more, handing their values to
+        /// `take`.
+        pub fn reclaim_with(&mut self, mut take: impl FnMut(V)) {
             let safe = self.safe.load(Ordering::Acquire);
             while self.sealed.front().is_some_and(|&(number, _)| number <= safe) {
                 let (_, mut batch) = self.sealed.pop_front().expect("checked above");
-                batch.clear();
+                for retired in batch.drain(..) {
+                    match retired {
+                        Retired::Garbage(garbage) => drop(garbage),
+                        Retired::Value(value) => take(value),
+                    }
+                }
                 // Keep a usual batch's allocation, not a mass removal's.
                 const SPARE_MAX: usize = 1024;
                 if batch.capacity() > self.spare.capacity() && batch.capacity() <= SPARE_MAX {
@@ -93,7 +125,7 @@ mod imp {
         }
     }
 
-    impl Drop for Reclaimer {
+    impl<V: Send + 'static> Drop for Reclaimer<V> {
         fn drop(&mut self) {
             // Readers may still hold some of it: leave it to the epoch.
             let mut rest = std::mem::take(&mut self.batch);
@@ -125,7 +157,7 @@ mod imp {
 
         /// Publishes `value` and retires the old one to `reclaimer` (the caller's). Any thread
         /// may replace: the swap hands each old value to exactly one caller.
-        pub fn replace(&self, value: T, reclaimer: &mut Reclaimer) {
+        pub fn replace<V: Send + 'static>(&self, value: T, reclaimer: &mut Reclaimer<V>) {
             // SAFETY (unprotected): nothing is dereferenced under the unprotected guard; the
             // swap only returns the pointer it took out of the cell.
             let old =
@@ -170,22 +202,33 @@ mod imp {
     }
 
     /// Keeps every retired value until it drops (the models join their readers first).
-    #[derive(Default)]
-    pub struct Reclaimer {
+    pub struct Reclaimer<V: Send + 'static = Garbage> {
         kept: Vec<Garbage>,
+        values: Vec<V>,
     }
 
-    impl Reclaimer {
+    impl<V: Send + 'static> Default for Reclaimer<V> {
+        fn default() -> Self {
+            Self { kept: Vec::new(), values: Vec::new() }
+        }
+    }
+
+    impl<V: Send + 'static> Reclaimer<V> {
         /// Keeps `garbage`.
         pub fn retire(&mut self, garbage: Garbage) {
             self.kept.push(garbage);
         }
 
+        /// Keeps `value`.
+        pub fn retire_value(&mut self, value: V) {
+            self.values.push(value);
+        }
+
         /// Nothing to seal.
         pub fn seal(&mut self, _guard: &Guard) {}
 
-        /// Nothing is freed early.
-        pub fn reclaim(&mut self) {}
+        /// Nothing is handed back early.
+        pub fn reclaim_with(&mut self, _take: impl FnMut(V)) {}
     }
 
     /// A published heap value.
@@ -212,7 +255,7 @@ mod imp {
         }
 
         /// Publishes `value`; the reclaimer keeps the old one.
-        pub fn replace(&self, value: T, reclaimer: &mut Reclaimer) {
+        pub fn replace<V: Send + 'static>(&self, value: T, reclaimer: &mut Reclaimer<V>) {
             let old = self.current.swap(Box::into_raw(Box::new(value)), Ordering::AcqRel);
             // SAFETY: `old` came from `Box::into_raw` and is unlinked; it is owned once.
             reclaimer.retire(unsafe { Box::from_raw(old) });
@@ -248,7 +291,7 @@ mod tests {
     #[test]
     fn a_batch_outlives_earlier_readers_and_is_then_freed() {
         let freed = Arc::new(AtomicUsize::new(0));
-        let mut reclaimer = Reclaimer::default();
+        let mut reclaimer = Reclaimer::<()>::default();
         std::thread::scope(|scope| {
             let (pinned_tx, pinned_rx) = std::sync::mpsc::channel();
             let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
@@ -263,7 +306,7 @@ mod tests {
             reclaimer.seal(&pin());
             for _ in 0..1000 {
                 pin().flush();
-                reclaimer.reclaim();
+                reclaimer.reclaim_with(drop);
             }
             assert_eq!(freed.load(Ordering::Relaxed), 0, "freed under a pinned reader");
             release_tx.send(()).unwrap();
@@ -274,7 +317,7 @@ mod tests {
                 break;
             }
             pin().flush();
-            reclaimer.reclaim();
+            reclaimer.reclaim_with(drop);
         }
         assert_eq!(freed.load(Ordering::Relaxed), 1);
     }
