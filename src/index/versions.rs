@@ -2,10 +2,9 @@
 //!
 //! Versions are what a lane allocates most: every holder change, split or append replaces a
 //! run's version whole (see [`crate::index::run`]), and the old one is freed once readers let
-//! go of it. Through `std::sync::Arc` each was a `malloc` and, some events later, a `free` of
-//! a chunk another size class had just used; on the `shared-fleet` shape those, with a boxed
-//! handle per retired version, were about a tenth of a lane's instructions (callgrind:
-//! 160–190 per call). Here a version is a plain allocation with no count (a table slot owns
+//! go of it. Through `std::sync::Arc` each was a `malloc` and, some events later, a `free`; on
+//! the `shared-fleet` shape those, with a boxed handle per retired version, were about a tenth
+//! of a lane's instructions (callgrind: 160–190 per call). Here a version is a plain allocation with no count (a table slot owns
 //! it, the writer retires it once, readers only borrow it under their epoch guard), and the
 //! lane's [`VersionCache`] keeps the memory of reclaimed versions by size to build the next
 //! ones in: taking and giving back one is a push or pop on a short list, on memory the lane
@@ -72,6 +71,7 @@ impl Version {
         (NonNull::new(thin.cast::<u8>()).expect("not null"), inline)
     }
 }
+
 impl Deref for Version {
     type Target = Run;
 
