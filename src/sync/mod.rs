@@ -48,11 +48,6 @@ mod imp {
     pub fn shared_slice<T: Copy>(value: &[T]) -> Arc<[T]> {
         Arc::from(value)
     }
-
-    /// `arc` as our `Arc` (for values only std's can make, such as unsized ones).
-    pub fn arc_from_std<T: ?Sized>(arc: Arc<T>) -> Arc<T> {
-        arc
-    }
 }
 
 #[cfg(loom)]
@@ -124,11 +119,6 @@ mod imp {
     /// An immutable shared slice (loom's `Arc` around std's).
     pub fn shared_slice<T: Copy>(value: &[T]) -> Arc<[T]> {
         Arc::from_std(std::sync::Arc::from(value))
-    }
-
-    /// `arc` (a fresh one: no other counts) as loom's `Arc`.
-    pub fn arc_from_std<T: ?Sized>(arc: std::sync::Arc<T>) -> Arc<T> {
-        Arc::from_std(arc)
     }
 
     /// Spawns a loom thread (names are not modelled; loom never fails to start one).
