@@ -250,17 +250,6 @@ pub(crate) struct RunTable {
 /// What a writer retires runs to: their versions come back to it once readers let go.
 pub(crate) type RunReclaimer = Reclaimer<Version>;
 
-/// Takes back the version a slot owned, once unlinked.
-///
-/// # Safety
-///
-/// `thin` is a non-null pointer a slot stored (from [`Version::into_raw`]) and has just
-/// unlinked: each is taken back once.
-unsafe fn owned(thin: *mut RunHead) -> Version {
-    // SAFETY: the caller's promise.
-    unsafe { Version::from_raw(thin) }
-}
-
 /// The only handle that changes a [`RunTable`]; see the [module docs](self).
 pub(crate) struct RunTableWriter(Arc<RunTable>);
 
@@ -319,7 +308,7 @@ impl RunTableWriter {
         // Release: a reader that loads the pointer sees the version whole.
         let old = slot.run.swap(next.into_raw(), Ordering::AcqRel);
         // SAFETY: `current`'s pointer, stored by `insert` or `replace`, unlinked just now.
-        retired.retire_value(unsafe { owned(old) });
+        retired.retire_value(unsafe { Version::from_raw(old) });
     }
 
     /// The slot holding `run`, published under `key` (as stored).
@@ -346,7 +335,7 @@ impl RunTableWriter {
         let slot = self.slot_of(stored_key(key), run, guard);
         let run = slot.run.swap(std::ptr::null_mut(), Ordering::AcqRel);
         // SAFETY: `run`'s pointer, stored by `insert` or `replace`, unlinked just now.
-        retired.retire_value(unsafe { owned(run) });
+        retired.retire_value(unsafe { Version::from_raw(run) });
         let live = self.0.live.load(Ordering::Relaxed) - 1;
         self.0.live.store(live, Ordering::Relaxed);
         if self.capacity(guard) > MIN_SLOTS && live < self.capacity(guard) / 8 {
@@ -361,7 +350,7 @@ impl RunTableWriter {
             let run = slot.run.swap(std::ptr::null_mut(), Ordering::AcqRel);
             if !run.is_null() {
                 // SAFETY: a slot's non-null pointer, unlinked just now.
-                retired.retire_value(unsafe { owned(run) });
+                retired.retire_value(unsafe { Version::from_raw(run) });
             }
         }
         self.0.current.replace(Slots::with_capacity(MIN_SLOTS), retired);
@@ -460,7 +449,7 @@ impl Drop for RunTable {
             let run = slot.run.swap(std::ptr::null_mut(), Ordering::Relaxed);
             if !run.is_null() {
                 // SAFETY: a slot's non-null pointer, unlinked just now.
-                drop(unsafe { owned(run) });
+                drop(unsafe { Version::from_raw(run) });
             }
         }
     }

@@ -53,7 +53,7 @@ mod imp {
     /// A writer's retired values, freed (or handed back) on its own thread in batches once no
     /// reader can hold them; see the [module docs](super). `V` is the kind of value the writer
     /// takes back to reuse ([`Self::retire_value`], [`Self::reclaim_with`]).
-    pub struct Reclaimer<V: Send + 'static = Garbage> {
+    pub struct Reclaimer<V: Send + 'static> {
         batch: Vec<Retired<V>>,
         /// Sealed batches, oldest first, each with its number.
         sealed: VecDeque<(u64, Vec<Retired<V>>)>,
@@ -202,7 +202,7 @@ mod imp {
     }
 
     /// Keeps every retired value until it drops (the models join their readers first).
-    pub struct Reclaimer<V: Send + 'static = Garbage> {
+    pub struct Reclaimer<V: Send + 'static> {
         kept: Vec<Garbage>,
         values: Vec<V>,
     }
