@@ -518,6 +518,26 @@ mod tests {
         }
     }
 
+    /// Every entry is found after each doubling, and removals shrink the table back.
+    #[test]
+    fn growing_keeps_every_entry() {
+        let names = 5_000u64;
+        let mut owner = Owner::default();
+        let mut buckets = 0;
+        for name in 1..=names {
+            owner.insert(name);
+            if owner.map.buckets.len() != buckets {
+                buckets = owner.map.buckets.len();
+                assert!((1..=name).all(|n| owner.get(n) == Some(n as NodeId - 1)), "at {name}");
+            }
+        }
+        assert!(buckets >= (names as usize / WAYS).next_power_of_two() / 2, "{buckets} buckets");
+        for name in 1..=names {
+            assert_eq!(owner.remove(name), Some(name as NodeId - 1));
+        }
+        assert_eq!((owner.len(), owner.map.buckets.len()), (0, 1));
+    }
+
     #[test]
     fn churn_at_a_steady_size_does_not_grow_the_table() {
         let mut owner = Owner::default();
