@@ -346,8 +346,10 @@ mod tests {
         let guard = pin();
         retired.seal(&guard);
         drop(guard);
-        // Reclaiming waits for the global epoch to move on: pin and flush until it has.
-        for _ in 0..10_000 {
+        // Reclaiming waits for the global epoch to move on: pin and flush until it has (other
+        // tests' threads pin too, and a loaded machine may keep one off-core for a while).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
             pin().flush();
             retired.reclaim_with(drop);
             if !sets.released.lock().is_empty() {
