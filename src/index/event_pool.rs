@@ -540,9 +540,10 @@ mod tests {
         }
     }
 
-    /// Polls `ready` for up to thirty seconds (a loaded machine may keep a lane off-core), flushing `pool` before each look: a lane drops
-    /// routes when it is idle and no producer holds the routes (a look holds them too), and a
-    /// lane that could not tries again when it is next idle, which the flush makes it.
+    /// Polls `ready` for up to thirty seconds (a loaded machine may keep a lane off-core),
+    /// flushing `pool` before each look: a lane drops routes when it is idle and no producer
+    /// holds the routes (a look holds them too), and a lane that could not tries again when it
+    /// is next idle, which the flush makes it.
     fn eventually(pool: &EventPool, mut ready: impl FnMut() -> bool) -> bool {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while std::time::Instant::now() < deadline {
