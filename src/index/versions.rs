@@ -4,11 +4,11 @@
 //! run's version whole (see [`crate::index::run`]), and the old one is freed once readers let
 //! go of it. Through `std::sync::Arc` each was a `malloc` and, some events later, a `free`; on
 //! the `shared-fleet` shape those, with a boxed handle per retired version, were about a tenth
-//! of a lane's instructions (callgrind: 160–190 per call). Here a version is a plain allocation with no count (a table slot owns
-//! it, the writer retires it once, readers only borrow it under their epoch guard), and the
-//! lane's [`VersionCache`] keeps the memory of reclaimed versions by size to build the next
-//! ones in: taking and giving back one is a push or pop on a short list, on memory the lane
-//! touched a few events ago.
+//! of a lane's instructions (callgrind: 160–190 per call). Here a version is a plain
+//! allocation with no count (a table slot owns it, the writer retires it once, readers only
+//! borrow it under their epoch guard), and the lane's [`VersionCache`] keeps the memory of
+//! reclaimed versions by size to build the next ones in: taking and giving back one is a push
+//! or pop on a short list, on memory the lane touched a few events ago.
 //!
 //! Memory always comes from the global allocator with the [`Layout`] of its size class, so a
 //! version dropped anywhere (a table dropped on a reader's thread, a reclaimer's leftovers run
