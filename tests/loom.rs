@@ -246,8 +246,8 @@ fn producers_woken_by_the_lane_still_get_room() {
 }
 
 /// Values a lane hands back are dropped exactly once, whether a producer takes them while the
-/// lane hands more over or they are still there when the handback goes; a second producer finds
-/// the first one busy and goes on.
+/// lane hands more over or they are still there when the handback goes; a second producer
+/// (dropping one at a time) finds the first one busy and goes on.
 #[test]
 fn handed_back_values_are_dropped_once() {
     loom::model(|| {
@@ -262,7 +262,7 @@ fn handed_back_values_are_dropped_once() {
         };
         let other = {
             let handback = handback.clone();
-            thread::spawn(move || handback.drop_handed_over())
+            thread::spawn(move || handback.drop_some(1))
         };
         handback.drop_handed_over();
         lane.join().unwrap();

@@ -18,6 +18,10 @@ use crate::mix::Mixer;
 use crate::pool::{LaneDown, LaneMode, Lanes, TrySend};
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering, epoch};
 
+/// How many handed-back block lists each lane's [`Handback`] frees per submitted event: twice
+/// what the lanes hand back per event, so the lists never pile up.
+const FREED_PER_EVENT: usize = 2;
+
 /// How an [`EventPool`] is set up.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PoolConfig {
@@ -237,7 +241,7 @@ impl EventPool {
     /// [`SubmitError::QueueFull`]. Whether the event itself is valid is found out on the lane;
     /// rejected events are counted in [`PoolStats::errors`].
     pub fn apply(&self, event: RouterEvent) -> Result<(), SubmitError> {
-        self.free_spent();
+        self.free_some_spent();
         if self.oversized(&event) {
             return Err(SubmitError::TooManyBlocks(event));
         }
@@ -255,7 +259,7 @@ impl EventPool {
     /// the cores a context switch). An event over [`PoolConfig::max_event_blocks`] is not
     /// queued; like other invalid events, it is counted in [`PoolStats::errors`].
     pub fn apply_blocking(&self, event: RouterEvent) -> Result<(), LaneDown> {
-        self.free_spent();
+        self.free_some_spent();
         if self.oversized(&event) {
             return Ok(());
         }
@@ -274,6 +278,13 @@ impl EventPool {
     /// Frees the block lists of applied events the lanes handed back (see `index/spent.rs`).
     fn free_spent(&self) {
         self.spent.iter().for_each(|spent| spent.drop_handed_over());
+    }
+
+    /// Frees a few of those lists per lane: enough to keep up with the lanes (a lane hands
+    /// back at most one list per event), and few enough that the producer's next allocations
+    /// reuse what it just freed (see [`Handback::drop_some`]).
+    fn free_some_spent(&self) {
+        self.spent.iter().for_each(|spent| spent.drop_some(FREED_PER_EVENT));
     }
 
     /// Per worker, the number of leading blocks of `query` it holds.

@@ -11,9 +11,11 @@
 //! next allocations reuse.
 //!
 //! Memory stays bounded: a lane hands its lists over every [`SPENT_BATCH`] events and whenever
-//! its queue runs dry, into room for [`HANDED_MAX`]. Every `apply` and `flush` frees what was
-//! handed over, and a producer waiting for room in a lane's queue is woken to do so
-//! (`Lane::wants_producer` in `pool/lanes.rs`). Lists that find no room (no producer has run for a
+//! its queue runs dry, into room for [`HANDED_MAX`]. Every `apply` frees a few of what was
+//! handed over (more than the lanes hand back per event, so that the producer's next
+//! allocations reuse what it just freed), `flush` frees all of it, and so does a producer
+//! waiting for room in a lane's queue, which is woken to do so (`Lane::wants_producer` in
+//! `pool/lanes.rs`). Lists that find no room (no producer has run for a
 //! while: two cores, three threads) are freed on the lane, as without this.
 
 use crate::event::{KvEventData, RouterEvent, SequenceHash, StoredBlock};
