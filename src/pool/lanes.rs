@@ -15,6 +15,7 @@ use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 use super::{LaneDown, SpawnError};
+use crate::prefetch::prefetch_all;
 use crate::sync::channel::{self, Receiver, Sender, TrySendError};
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Gate, JoinHandle, Ordering, fence, spawn};
 
@@ -70,6 +71,10 @@ pub trait Lane: Send + 'static {
 /// with its producers reuses them without growing them, and a burst's large buffers do not
 /// stay resident once it is over.
 const IDLE_BATCH_ROOM: usize = 64;
+
+/// How far ahead in its batch a lane asks for the messages themselves: a producer on another
+/// core wrote them, so each is a miss, and [`Lane::farther`] reads the one after next.
+const ENVELOPES_AHEAD: usize = 6;
 
 type Task<L> = Box<dyn FnOnce(&mut L) + Send>;
 
@@ -373,6 +378,9 @@ fn serve<L: Lane>(lane: &mut L, receiver: &Receiver<Envelope<L>>, room: &Room) {
             }
             room.taken(receiver);
             while let Some(envelope) = batch.pop_front() {
+                if let Some(later) = batch.get(ENVELOPES_AHEAD) {
+                    prefetch_all(later);
+                }
                 if let Some(Envelope::Message(later)) = batch.get(1) {
                     lane.farther(later);
                 }
