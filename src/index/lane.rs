@@ -140,7 +140,7 @@ impl Lane for IndexLane {
     }
 
     /// The worker map's buckets of the next event's parent and first blocks: for short events
-    /// (a dozen blocks) those are most of its lookups, and [`Self::validate`]'s own prefetch,
+    /// (a dozen blocks) those are most of its lookups, and [`Chain::check`]'s own prefetch,
     /// [`PREFETCH_AHEAD`] blocks ahead, starts too late for them.
     fn ahead(&self, next: &RouterEvent) {
         let Some(held) = self.workers.get(&next.worker()) else { return };
