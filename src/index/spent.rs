@@ -15,16 +15,17 @@
 //! handed over (more than the lanes hand back per event, so that the producer's next
 //! allocations reuse what it just freed), `flush` frees all of it, and so does a producer
 //! waiting for room in a lane's queue, which is woken to do so (`Lane::wants_producer` in
-//! `pool/lanes.rs`). Lists that find no room (no producer has run for a
-//! while: two cores, three threads) are freed on the lane, as without this.
+//! `pool/lanes.rs`). So at most twice [`HANDED_MAX`] lists per lane wait: a batch in a
+//! producer's hands and the next one handed over. Lists that find no room (no producer has
+//! run for a while: two cores, three threads) are freed on the lane, as without this.
 
 use crate::event::{KvEventData, RouterEvent, SequenceHash, StoredBlock};
 
 /// Events a lane applies before handing their lists over.
 pub(crate) const SPENT_BATCH: usize = 256;
 
-/// Lists waiting for a producer to free them, at most (per lane): 64 KiB of [`SpentList`]s per
-/// buffer.
+/// Lists handed over for a producer to free, at most (per lane, in each of the handback's two
+/// buffers): 64 KiB of [`SpentList`]s per buffer.
 pub(crate) const HANDED_MAX: usize = 8 * SPENT_BATCH;
 
 /// An applied event's block list, kept only to be freed.
