@@ -130,8 +130,8 @@ impl<T> Sender<T> {
 
     /// Enqueues `value` (there is room) and wakes the receiver if it sleeps. Waking clears the
     /// flag: the receiver rechecks the queue before it sleeps again, so the sends that come
-    /// before it runs need no wakeup of their own (each would be a system call: about one send
-    /// in 16 when a producer outpaces a lane that keeps going idle).
+    /// before it runs need no wakeup of their own (each was a system call: up to one send in 16
+    /// when a producer outpaces a lane that keeps going idle).
     fn push(&self, mut state: Locked<'_, T>, value: T) {
         state.queue.push_back(value);
         let wake = mem::take(&mut state.receiver_waiting);
