@@ -128,12 +128,17 @@ impl<T> Sender<T> {
         Ok(())
     }
 
-    /// Enqueues `value` (there is room) and wakes the receiver if it sleeps. Waking clears the
+    /// Enqueues `value` (there is room) and wakes the receiver if it sleeps.
+    fn push(&self, mut state: Locked<'_, T>, value: T) {
+        state.queue.push_back(value);
+        self.wake_receiver(state);
+    }
+
+    /// Wakes the receiver if it sleeps, after the change made under `state`. Waking clears the
     /// flag: the receiver rechecks the queue before it sleeps again, so the sends that come
     /// before it runs need no wakeup of their own (each was a system call: up to one send in 16
     /// when a producer outpaces a lane that keeps going idle).
-    fn push(&self, mut state: Locked<'_, T>, value: T) {
-        state.queue.push_back(value);
+    fn wake_receiver(&self, mut state: Locked<'_, T>) {
         let wake = mem::take(&mut state.receiver_waiting);
         drop(state);
         if wake {
@@ -156,11 +161,7 @@ impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
         let mut state = self.0.lock();
         state.sender_alive = false;
-        let wake = mem::take(&mut state.receiver_waiting);
-        drop(state);
-        if wake {
-            self.0.filled.notify_one();
-        }
+        self.wake_receiver(state);
     }
 }
 
