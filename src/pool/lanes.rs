@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
+use super::spread::Spread;
 use super::{LaneDown, SpawnError};
 use crate::prefetch::prefetch_all;
 use crate::sync::channel::{self, Receiver, Sender, TrySendError};
@@ -156,6 +157,8 @@ pub struct StickyPool<L: Lane> {
     senders: Vec<Sender<Envelope<L>>>,
     rooms: Vec<Arc<Room>>,
     threads: Vec<JoinHandle<()>>,
+    /// Where the lanes run, so that two sharing a CPU move apart while a caller waits on them.
+    spread: Arc<Spread>,
 }
 
 impl<L: Lane> StickyPool<L> {
@@ -173,17 +176,17 @@ impl<L: Lane> StickyPool<L> {
             senders: Vec::with_capacity(lanes),
             rooms: Vec::with_capacity(lanes),
             threads: Vec::with_capacity(lanes),
+            spread: Arc::new(Spread::new(lanes)),
         };
         for index in 0..lanes {
             let (sender, receiver) = channel::bounded(capacity);
             let room = Arc::new(Room { low: capacity / 2, ..Room::default() });
             let lane = make_lane(index);
-            let lane_room = room.clone();
+            let seat = (pool.spread.clone(), index);
+            let queue = LaneQueue { receiver: Some(receiver), room: room.clone(), seat };
             // On failure `pool` drops: its drop closes the started lanes' queues and joins them.
-            let thread = spawn(format!("kvroute-lane-{index}"), move || {
-                run(lane, LaneQueue { receiver: Some(receiver), room: lane_room })
-            })
-            .map_err(SpawnError::from)?;
+            let thread = spawn(format!("kvroute-lane-{index}"), move || run(lane, queue))
+                .map_err(SpawnError::from)?;
             pool.threads.push(thread);
             pool.senders.push(sender);
             pool.rooms.push(room);
@@ -259,6 +262,7 @@ impl<L: Lane> StickyPool<L> {
         });
         self.sender(lane).send(Envelope::Task(task)).map_err(|_| LaneDown)?;
         // A lane that panics drops the task unrun, which closes `reply`.
+        let _waiting = self.spread.caller_waits();
         result.recv().map_err(|_| LaneDown)
     }
 
@@ -282,6 +286,7 @@ impl<L: Lane> StickyPool<L> {
             sender.send(Envelope::Task(task)).map_err(|_| LaneDown)?;
             replies.push(result);
         }
+        let _waiting = self.spread.caller_waits();
         replies.into_iter().map(|result| result.recv().map_err(|_| LaneDown)).collect()
     }
 
@@ -304,6 +309,8 @@ impl<L: Lane> StickyPool<L> {
 struct LaneQueue<M> {
     receiver: Option<Receiver<M>>,
     room: Arc<Room>,
+    /// The pool's [`Spread`] and this lane's index in it.
+    seat: (Arc<Spread>, usize),
 }
 
 impl<M> Drop for LaneQueue<M> {
@@ -318,7 +325,7 @@ fn run<L: Lane>(lane: L, queue: LaneQueue<Envelope<L>>) {
     let mut lane = Some(lane);
     let served = catch_unwind(AssertUnwindSafe(|| {
         let lane = lane.as_mut().expect("the lane's state is there until it panics");
-        serve(lane, receiver, &queue.room)
+        serve(lane, receiver, &queue.room, (&queue.seat.0, queue.seat.1))
     }));
     if served.is_err() {
         // A bug the lane did not recover from: its state may be half changed, so it goes, and
@@ -342,7 +349,12 @@ fn run<L: Lane>(lane: L, queue: LaneQueue<Envelope<L>>) {
 /// waiting producers per batch rather than per message, and the producers refill the queue
 /// while the lane works through the batch instead of waiting behind it. So up to twice the
 /// queue's capacity can be pending on a lane: queued, and in hand.
-fn serve<L: Lane>(lane: &mut L, receiver: &Receiver<Envelope<L>>, room: &Room) {
+fn serve<L: Lane>(
+    lane: &mut L,
+    receiver: &Receiver<Envelope<L>>,
+    room: &Room,
+    (spread, me): (&Spread, usize),
+) {
     let handle = |lane: &mut L, envelope| {
         let handled = catch_unwind(AssertUnwindSafe(|| match envelope {
             Envelope::Message(message) => {
@@ -365,6 +377,8 @@ fn serve<L: Lane>(lane: &mut L, receiver: &Receiver<Envelope<L>>, room: &Room) {
     };
     // The batch in hand; it swaps buffers with the queue (see `sync/channel.rs`).
     let mut batch = VecDeque::new();
+    // Messages until the lane next looks at its CPU.
+    let mut until_look = 0;
     while let Ok(envelope) = receiver.recv() {
         room.taken(receiver);
         handle(lane, envelope);
@@ -378,6 +392,10 @@ fn serve<L: Lane>(lane: &mut L, receiver: &Receiver<Envelope<L>>, room: &Room) {
             }
             room.taken(receiver);
             while let Some(envelope) = batch.pop_front() {
+                if until_look == 0 {
+                    until_look = spread.look(me);
+                }
+                until_look -= 1;
                 if let Some(later) = batch.get(ENVELOPES_AHEAD) {
                     prefetch_all(later);
                 }
@@ -390,6 +408,8 @@ fn serve<L: Lane>(lane: &mut L, receiver: &Receiver<Envelope<L>>, room: &Room) {
                 handle(lane, envelope);
             }
         }
+        spread.quiet(me);
+        until_look = 0;
         // Quiet: the buffers keep room for a small batch only while the lane waits.
         batch.shrink_to(IDLE_BATCH_ROOM);
         receiver.shrink_if_empty(IDLE_BATCH_ROOM);

@@ -2,9 +2,10 @@
 //! queue, that apply one worker's index events (or one request's peer events) in order and
 //! different ones in parallel. `lanes.rs` is the pool itself, private to the crate;
 //! `inline.rs` the same lanes driven on the callers' threads instead, and `mode.rs` the choice
-//! between the two ([`LaneMode`]). What callers of the index and the load tracker meet of it is
-//! here: [`LaneMode`], [`LaneDown`] when a lane has stopped, and [`SpawnError`] when the OS
-//! would not start one.
+//! between the two ([`LaneMode`]); `spread.rs` moves two busy lane threads apart when they
+//! share a CPU while a caller waits on them. What callers of the index and the load tracker
+//! meet of it is here: [`LaneMode`], [`LaneDown`] when a lane has stopped, and [`SpawnError`]
+//! when the OS would not start one.
 
 use std::fmt;
 
@@ -12,6 +13,7 @@ pub(crate) mod heap_room;
 mod inline;
 mod lanes;
 mod mode;
+mod spread;
 
 pub use mode::LaneMode;
 pub(crate) use mode::Lanes;

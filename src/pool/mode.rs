@@ -10,7 +10,10 @@ use super::lanes::{Lane, StickyPool, TrySend};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum LaneMode {
     /// Each lane is an OS thread draining its own queue: senders return at once and lanes work
-    /// in parallel. The default.
+    /// in parallel. The default. On Linux, while a caller waits on the lanes (a flush), a busy
+    /// lane that finds another on its CPU moves itself to an allowed CPU no lane is on, by
+    /// narrowing its own thread's affinity for a moment and restoring it; it is never left
+    /// pinned.
     #[default]
     Threads,
     /// No threads: each event or task is applied on the caller's thread before the call
