@@ -377,7 +377,7 @@ fn serve<L: Lane>(
     };
     // The batch in hand; it swaps buffers with the queue (see `sync/channel.rs`).
     let mut batch = VecDeque::new();
-    // Messages until the lane next looks at its CPU.
+    // Messages until the lane next looks at its CPU (see `pool/spread.rs`).
     let mut until_look = 0;
     while let Ok(envelope) = receiver.recv() {
         room.taken(receiver);
