@@ -163,11 +163,10 @@ mod imp {
 
 pub(crate) use imp::Spread;
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, target_os = "linux", not(any(loom, miri))))]
 mod tests {
     use super::*;
 
-    #[cfg(all(target_os = "linux", not(miri)))]
     #[test]
     fn a_lane_moves_only_off_a_cpu_another_busy_lane_shares() {
         use imp::should_move;
@@ -181,7 +180,6 @@ mod tests {
 
     /// The real move: the thread leaves the avoided CPU while its affinity is narrowed, and
     /// gets its affinity back whole.
-    #[cfg(all(target_os = "linux", not(miri)))]
     #[test]
     fn moving_off_a_cpu_lands_elsewhere_and_restores_the_affinity() {
         use nix::sched::{CpuSet, sched_getaffinity, sched_getcpu};
@@ -209,7 +207,6 @@ mod tests {
 
     /// A lane sharing its CPU with a busy lane moves once a caller waits; the test plays the
     /// other lane by recording this thread's own CPU for it.
-    #[cfg(all(target_os = "linux", not(miri)))]
     #[test]
     fn a_lane_sharing_its_cpu_moves_when_a_caller_waits() {
         use nix::sched::{CpuSet, sched_getaffinity, sched_getcpu};
