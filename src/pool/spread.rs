@@ -108,6 +108,11 @@ mod imp {
         }
     }
 
+    /// The CPUs in `set`.
+    pub(super) fn cpus_in(set: &CpuSet) -> impl Iterator<Item = usize> + '_ {
+        (0..CpuSet::count()).filter(|&cpu| set.is_set(cpu).unwrap_or(false))
+    }
+
     /// Moves the calling thread to one of its allowed CPUs that `avoid` does not name, and
     /// gives it back the affinity it had; returns the CPU it moved to, or `None` if every
     /// allowed CPU is avoided (or the OS refused).
@@ -116,7 +121,7 @@ mod imp {
         let allowed = sched_getaffinity(this_thread).ok()?;
         let mut elsewhere = CpuSet::new();
         let mut any = false;
-        for cpu in (0..CpuSet::count()).filter(|&cpu| allowed.is_set(cpu).unwrap_or(false)) {
+        for cpu in cpus_in(&allowed) {
             if !avoid(cpu) {
                 elsewhere.set(cpu).ok()?;
                 any = true;
@@ -182,13 +187,12 @@ mod tests {
     /// gets its affinity back whole.
     #[test]
     fn moving_off_a_cpu_lands_elsewhere_and_restores_the_affinity() {
-        use nix::sched::{CpuSet, sched_getaffinity, sched_getcpu};
+        use nix::sched::{sched_getaffinity, sched_getcpu};
         use nix::unistd::Pid;
 
         let mover = std::thread::spawn(|| {
             let before = sched_getaffinity(Pid::from_raw(0)).unwrap();
-            let allowed: Vec<usize> =
-                (0..CpuSet::count()).filter(|&c| before.is_set(c).unwrap()).collect();
+            let allowed: Vec<usize> = imp::cpus_in(&before).collect();
             let here = sched_getcpu().unwrap();
             let moved = imp::move_off(|cpu| cpu == here);
             let after = sched_getaffinity(Pid::from_raw(0)).unwrap();
@@ -209,14 +213,14 @@ mod tests {
     /// other lane by recording this thread's own CPU for it.
     #[test]
     fn a_lane_sharing_its_cpu_moves_when_a_caller_waits() {
-        use nix::sched::{CpuSet, sched_getaffinity, sched_getcpu};
+        use nix::sched::{sched_getaffinity, sched_getcpu};
         use nix::unistd::Pid;
 
         let spread = Spread::new(2);
         spread.look(0);
         assert!(spread.recorded()[0].is_some(), "a busy lane's CPU is recorded");
         let allowed = sched_getaffinity(Pid::from_raw(0)).unwrap();
-        let many = (0..CpuSet::count()).filter(|&c| allowed.is_set(c).unwrap()).count() > 1;
+        let many = imp::cpus_in(&allowed).count() > 1;
         let waits = spread.caller_waits();
         let now = sched_getcpu().unwrap();
         spread.cpus[1].store(now, crate::sync::Ordering::Relaxed);
