@@ -55,6 +55,12 @@ pub struct PoolConfig {
     /// indexes never reserve. Default: 16 MiB, at most
     /// [`MAX_LANE_HEAP_RESERVE`](super::MAX_LANE_HEAP_RESERVE); 0 reserves nothing.
     pub lane_heap_reserve: usize,
+    /// Whether two busy lane threads that share a CPU while a caller waits on them (a flush, a
+    /// snapshot) move apart, on Linux ([`LaneMode::Threads`] says how). Default: on; a fresh
+    /// ingest on the 2-core comparison took 0.87–0.96 of the time without (BENCHMARKS.md,
+    /// session 23). Turn it off if you place the lanes' threads yourself: a lane then never
+    /// changes its affinity.
+    pub spread_lanes: bool,
 }
 
 impl Default for PoolConfig {
@@ -66,6 +72,7 @@ impl Default for PoolConfig {
             max_event_blocks: 16_384,
             mode: LaneMode::Threads,
             lane_heap_reserve: 16 << 20,
+            spread_lanes: true,
         }
     }
 }
@@ -196,7 +203,8 @@ impl EventPool {
         let spent: Vec<_> = (0..lanes).map(|_| Arc::new(Handback::new(HANDED_MAX))).collect();
         let restarts = Arc::new(Mutex::new(RestartLog::default()));
         let routes = Arc::new(Routes::new(lanes));
-        let pool = Lanes::new(config.mode, lanes, config.queue_capacity, |lane| {
+        let queues = (config.queue_capacity, config.spread_lanes);
+        let pool = Lanes::new(config.mode, lanes, queues, |lane| {
             let table = writers[lane].take().expect("one lane per writer");
             let trie = LaneTrie::with_limits(table, limits);
             let counters = counters[lane].clone();
@@ -423,6 +431,22 @@ mod tests {
     fn store(worker: Worker, id: u64, depth: u64) -> RouterEvent {
         let blocks = (1..=depth).map(|i| StoredBlock::new(i, worker.id.0 * 100 + i)).collect();
         RouterEvent::stored(worker, id, None, blocks)
+    }
+
+    /// `spread_lanes` reaches the lanes: on by default where lanes can move (Linux), off when
+    /// asked; an index whose lanes do not move works as any other.
+    #[test]
+    fn spread_lanes_turns_the_lanes_moving_apart_on_and_off() {
+        let movable = cfg!(all(target_os = "linux", not(miri)));
+        let default = EventPool::new(PoolConfig::default()).unwrap();
+        assert_eq!(default.lanes.spreads(), movable);
+        let config = PoolConfig { spread_lanes: false, ..PoolConfig::default() };
+        let unmoved = EventPool::new(config).unwrap();
+        assert!(!unmoved.lanes.spreads());
+        let worker = Worker::new(1, 0);
+        unmoved.apply_blocking(store(worker, 1, 4)).unwrap();
+        unmoved.flush().unwrap();
+        assert_eq!(unmoved.find_matches(&chain(4)).get(worker), 4);
     }
 
     /// #18 item 2: a panic while applying one event costs only the state of that lane's

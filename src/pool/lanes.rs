@@ -162,12 +162,24 @@ pub struct StickyPool<L: Lane> {
 }
 
 impl<L: Lane> StickyPool<L> {
-    /// Starts `lanes` lanes (at least one), each with a queue of `queue_capacity` messages and the
-    /// state `make_lane(lane_index)`. Fails if the OS refuses a thread; the lanes already
-    /// started are then stopped and joined.
+    /// [`Self::with_spread`] with spreading on: the tests' and the loom models' pools.
+    #[cfg(any(test, loom))]
     pub fn new(
         lanes: usize,
         queue_capacity: usize,
+        make_lane: impl FnMut(usize) -> L,
+    ) -> Result<Self, SpawnError> {
+        Self::with_spread(lanes, queue_capacity, true, make_lane)
+    }
+
+    /// Starts `lanes` lanes (at least one), each with a queue of `queue_capacity` messages and the
+    /// state `make_lane(lane_index)`; if `spread`, busy lanes that share a CPU move apart while
+    /// a caller waits (see `pool/spread.rs`). Fails if the OS refuses a thread; the lanes
+    /// already started are then stopped and joined.
+    pub fn with_spread(
+        lanes: usize,
+        queue_capacity: usize,
+        spread: bool,
         mut make_lane: impl FnMut(usize) -> L,
     ) -> Result<Self, SpawnError> {
         let lanes = lanes.max(1);
@@ -176,7 +188,7 @@ impl<L: Lane> StickyPool<L> {
             senders: Vec::with_capacity(lanes),
             rooms: Vec::with_capacity(lanes),
             threads: Vec::with_capacity(lanes),
-            spread: Arc::new(Spread::new(lanes)),
+            spread: Arc::new(Spread::new(lanes, spread)),
         };
         for index in 0..lanes {
             let (sender, receiver) = channel::bounded(capacity);
@@ -197,6 +209,12 @@ impl<L: Lane> StickyPool<L> {
     /// The number of lanes.
     pub fn lanes(&self) -> usize {
         self.senders.len()
+    }
+
+    /// Whether busy lanes sharing a CPU move apart (see `pool/spread.rs`).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn spreads(&self) -> bool {
+        self.spread.is_on()
     }
 
     /// Enqueues `message` on `lane % lanes()`. If that lane's queue is full, waits until the

@@ -13,7 +13,8 @@ pub enum LaneMode {
     /// in parallel. The default. On Linux, while a caller waits on the lanes (a flush), a busy
     /// lane that finds another on its CPU moves itself to an allowed CPU no lane is on, by
     /// narrowing its own thread's affinity for a moment and restoring it; it is never left
-    /// pinned.
+    /// pinned. An embedder that places threads itself turns that off
+    /// (`PoolConfig::spread_lanes`, `SequencesBuilder::spread_peer_lanes`).
     #[default]
     Threads,
     /// No threads: each event or task is applied on the caller's thread before the call
@@ -30,18 +31,30 @@ pub(crate) enum Lanes<L: Lane> {
 }
 
 impl<L: Lane> Lanes<L> {
-    /// `lanes` lanes with queues of `queue_capacity` messages (threads only) and the states
-    /// `make_lane(lane_index)`.
+    /// `lanes` lanes with queues of `queue_capacity` messages and the states
+    /// `make_lane(lane_index)`; threads only: the queues, and whether busy lanes sharing a CPU
+    /// move apart (`spread`, see [`LaneMode::Threads`]).
     pub(crate) fn new(
         mode: LaneMode,
         lanes: usize,
-        queue_capacity: usize,
+        (queue_capacity, spread): (usize, bool),
         make_lane: impl FnMut(usize) -> L,
     ) -> Result<Self, SpawnError> {
         Ok(match mode {
-            LaneMode::Threads => Self::Threads(StickyPool::new(lanes, queue_capacity, make_lane)?),
+            LaneMode::Threads => {
+                Self::Threads(StickyPool::with_spread(lanes, queue_capacity, spread, make_lane)?)
+            }
             LaneMode::Inline => Self::Inline(InlineLanes::new(lanes, make_lane)),
         })
+    }
+
+    /// Whether busy lanes sharing a CPU move apart (never inline: no lane has a thread).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn spreads(&self) -> bool {
+        match self {
+            Self::Threads(pool) => pool.spreads(),
+            Self::Inline(_) => false,
+        }
     }
 
     pub(crate) fn lanes(&self) -> usize {

@@ -22,6 +22,9 @@
 //! with flushes only, 0.93 with both kinds of wait (30 process pairs each; `documents` 0.96
 //! either way).
 //!
+//! An embedder that places threads itself can turn this off ([`Spread::new`] with `on` false:
+//! `PoolConfig::spread_lanes` for the index); lanes then never look at their CPU.
+//!
 //! Linux only; elsewhere, and under loom and miri, every call is a no-op.
 
 #[cfg(all(target_os = "linux", not(any(loom, miri))))]
@@ -53,11 +56,15 @@ mod imp {
     pub(crate) struct Spread {
         pub(super) cpus: Box<[AtomicUsize]>,
         waiting: AtomicUsize,
+        /// Off: lanes never look (see the [module docs](super)).
+        on: bool,
     }
 
     impl Spread {
-        pub(crate) fn new(lanes: usize) -> Self {
-            Self { cpus: (0..lanes).map(|_| AtomicUsize::new(NONE)).collect(), waiting: 0.into() }
+        /// For `lanes` lanes; `on` false turns it off.
+        pub(crate) fn new(lanes: usize, on: bool) -> Self {
+            let cpus = (0..lanes).map(|_| AtomicUsize::new(NONE)).collect();
+            Self { cpus, waiting: 0.into(), on }
         }
 
         /// Caller side: counts the caller as waiting on the lanes until the guard drops.
@@ -70,6 +77,9 @@ mod imp {
         /// shares that CPU with another busy lane while a caller waits. Returns how many
         /// messages the lane handles before it looks again.
         pub(crate) fn look(&self, me: usize) -> usize {
+            if !self.on {
+                return usize::MAX;
+            }
             let Ok(cpu) = sched_getcpu() else { return STUCK_FOR };
             self.cpus[me].store(cpu, Ordering::Relaxed);
             if self.waiting.load(Ordering::Relaxed) == 0 {
@@ -91,6 +101,12 @@ mod imp {
         /// Lane side, when its queue is empty: it is not busy any more.
         pub(crate) fn quiet(&self, me: usize) {
             self.cpus[me].store(NONE, Ordering::Relaxed);
+        }
+
+        /// Whether lanes move apart.
+        #[cfg(all(test, not(loom)))]
+        pub(crate) fn is_on(&self) -> bool {
+            self.on
         }
 
         pub(super) fn recorded(&self) -> Vec<Option<usize>> {
@@ -149,7 +165,7 @@ mod imp {
     pub(crate) struct CallerWaits;
 
     impl Spread {
-        pub(crate) fn new(_lanes: usize) -> Self {
+        pub(crate) fn new(_lanes: usize, _on: bool) -> Self {
             Self
         }
 
@@ -163,6 +179,12 @@ mod imp {
         }
 
         pub(crate) fn quiet(&self, _me: usize) {}
+
+        /// Never: lanes do not move here.
+        #[cfg(all(test, not(loom)))]
+        pub(crate) fn is_on(&self) -> bool {
+            false
+        }
     }
 }
 
@@ -216,7 +238,7 @@ mod tests {
         use nix::sched::{sched_getaffinity, sched_getcpu};
         use nix::unistd::Pid;
 
-        let spread = Spread::new(2);
+        let spread = Spread::new(2, true);
         spread.look(0);
         assert!(spread.recorded()[0].is_some(), "a busy lane's CPU is recorded");
         let allowed = sched_getaffinity(Pid::from_raw(0)).unwrap();
@@ -236,5 +258,17 @@ mod tests {
         drop(waits);
         spread.quiet(0);
         assert_eq!(spread.recorded()[0], None);
+    }
+
+    /// Turned off, a lane never looks: it records no CPU and does not move, whoever waits.
+    #[test]
+    fn a_spread_turned_off_never_looks() {
+        use nix::sched::sched_getcpu;
+
+        let spread = Spread::new(2, false);
+        let _waits = spread.caller_waits();
+        spread.cpus[1].store(sched_getcpu().unwrap(), crate::sync::Ordering::Relaxed);
+        assert_eq!(spread.look(0), usize::MAX, "never looks again");
+        assert_eq!(spread.recorded()[0], None, "records no CPU");
     }
 }

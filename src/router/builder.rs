@@ -74,7 +74,8 @@ impl KvRouterBuilder {
         let tracker = |publisher: Option<(u64, Box<dyn SequencePublisher>)>| {
             let mut builder = MultiWorkerSequences::builder(config.block_size)
                 .expiry(config.expiry)
-                .clock(SharedClock(self.clock.clone()));
+                .clock(SharedClock(self.clock.clone()))
+                .spread_peer_lanes(config.device_index.spread_lanes);
             if let Some((router_id, publisher)) = publisher.filter(|_| config.replica_sync) {
                 builder = builder.replica(router_id, BoxedPublisher(publisher));
             }

@@ -67,7 +67,8 @@ pub struct RouterConfig {
     pub recovery: Option<RecoveryConfig>,
     /// Session affinity's settings.
     pub sessions: SessionConfig,
-    /// The device index's pool. Default [`PoolConfig::default`].
+    /// The device index's pool. Default [`PoolConfig::default`]. Its
+    /// [`spread_lanes`](PoolConfig::spread_lanes) applies to the load tracker's peer lanes too.
     pub device_index: PoolConfig,
     /// Each lower tier's pool, started on the tier's first event. Default one lane.
     pub lower_tier_index: PoolConfig,

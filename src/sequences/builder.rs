@@ -59,6 +59,7 @@ pub struct SequencesBuilder {
     replica: Option<Replica>,
     peer_lanes: usize,
     peer_queue: usize,
+    spread_peer_lanes: bool,
 }
 
 impl MultiWorkerSequences {
@@ -75,6 +76,7 @@ impl MultiWorkerSequences {
             replica: None,
             peer_lanes: DEFAULT_PEER_LANES,
             peer_queue: 1024,
+            spread_peer_lanes: true,
         }
     }
 }
@@ -127,6 +129,14 @@ impl SequencesBuilder {
         self
     }
 
+    /// Whether two busy peer lanes that share a CPU while a caller waits on them move apart, on
+    /// Linux (as the index's lanes do: see [`crate::index::LaneMode::Threads`]). Default: on. Turn it
+    /// off if you place the lanes' threads yourself: a lane then never changes its affinity.
+    pub fn spread_peer_lanes(mut self, on: bool) -> Self {
+        self.spread_peer_lanes = on;
+        self
+    }
+
     /// The tracker, with no workers yet (see [`MultiWorkerSequences::update_workers`]). Fails
     /// with a typed error on a zero block size, a size beyond its limit, or a peer lane the OS
     /// would not start (leaving nothing running).
@@ -153,7 +163,8 @@ impl SequencesBuilder {
             clock: self.clock,
             replica: self.replica,
         });
-        MultiWorkerSequences::from_parts(Arc::new(inner), self.peer_lanes, self.peer_queue)
+        let queues = (self.peer_queue, self.spread_peer_lanes);
+        MultiWorkerSequences::from_parts(Arc::new(inner), self.peer_lanes, queues)
     }
 }
 
@@ -166,6 +177,7 @@ impl fmt::Debug for SequencesBuilder {
             .field("request_shards", &self.request_shards)
             .field("router_id", &self.replica.as_ref().map(|r| r.router_id))
             .field("peer_lanes", &self.peer_lanes)
+            .field("spread_peer_lanes", &self.spread_peer_lanes)
             .finish_non_exhaustive()
     }
 }

@@ -591,14 +591,15 @@ impl fmt::Debug for MultiWorkerSequences {
 }
 
 impl MultiWorkerSequences {
-    /// The tracker over `inner`, with peer lanes if replica sync is on.
+    /// The tracker over `inner`, with peer lanes if replica sync is on: `lanes` of them, with
+    /// their queues' capacity and whether they move apart (see [`start_lanes`]).
     pub(crate) fn from_parts(
         inner: Arc<Inner>,
         lanes: usize,
-        queue: usize,
+        queues: (usize, bool),
     ) -> Result<Self, ConfigError> {
         let peers = match inner.replica {
-            Some(_) => Some(start_lanes(&inner, lanes, queue)?),
+            Some(_) => Some(start_lanes(&inner, lanes, queues)?),
             None => None,
         };
         Ok(Self { inner, peers })

@@ -185,3 +185,25 @@ fn replicas_converge_through_published_events() {
     assert_eq!(plain.router_id(), None);
     assert!(format!("{plain:?}").contains("worker_shards: 2"));
 }
+
+/// `spread_peer_lanes` reaches the peer lanes: on by default where lanes can move (Linux),
+/// off when asked; a tracker whose peer lanes do not move applies peer events as any other.
+#[test]
+fn spread_peer_lanes_turns_the_peer_lanes_moving_apart_on_and_off() {
+    let movable = cfg!(all(target_os = "linux", not(miri)));
+    let default = MultiWorkerSequences::builder(4).replica(1, Outbox::default()).build();
+    assert_eq!(default.expect("config").peers.as_ref().map(|p| p.spreads()), Some(movable));
+    let unmoved = MultiWorkerSequences::builder(4).replica(3, Outbox::default());
+    let unmoved = unmoved.spread_peer_lanes(false).build().expect("config");
+    assert_eq!(unmoved.peers.as_ref().map(|p| p.spreads()), Some(false));
+    unmoved.update_workers([A]);
+    let added = SequenceEvent {
+        router_id: 2,
+        request_id: "r".into(),
+        worker: A,
+        data: SequenceEventData::AddRequest { blocks: None, isl: 8, overlap: 0 },
+    };
+    unmoved.apply_peer_event(added).expect("queued");
+    unmoved.flush_peer_events().expect("flushed");
+    assert_eq!(unmoved.worker_of(&"r".into()), Some(A));
+}

@@ -65,13 +65,14 @@ fn peer_lane(id: &RequestId, lanes: usize) -> usize {
 /// The lanes of one tracker.
 pub(crate) type PeerPool = StickyPool<PeerLane>;
 
-/// Starts `lanes` lanes of `queue` events each over `inner`.
+/// Starts `lanes` lanes of `queue` events each over `inner`, moving apart when busy on one CPU
+/// if `spread`.
 pub(crate) fn start_lanes(
     inner: &Arc<Inner>,
     lanes: usize,
-    queue: usize,
+    (queue, spread): (usize, bool),
 ) -> Result<PeerPool, SpawnError> {
-    StickyPool::new(lanes, queue, |_| PeerLane { inner: inner.clone() })
+    StickyPool::with_spread(lanes, queue, spread, |_| PeerLane { inner: inner.clone() })
 }
 
 impl Inner {
