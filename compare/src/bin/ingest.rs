@@ -12,6 +12,9 @@
 //!
 //! `--shape` picks the workload shape (`kvroute::sim::shapes`; default the conversation trace).
 //!
+//! `--no-spread` turns off the lanes' moving apart (`PoolConfig::spread_lanes`), so its effect
+//! can be measured within one build.
+//!
 //! `--recovery` alternates reps without and with `kvroute::recovery::EventRecovery` in front
 //! of the pool (every stream's cursor primed by a `Cleared` barrier before the clock starts), so
 //! the cost of the cursor check shows as the difference of the two medians.
@@ -36,6 +39,7 @@ fn main() -> ExitCode {
     let mut clone_inside = false;
     let mut trim_first = false;
     let mut with_recovery = false;
+    let mut spread_lanes = true;
     let mut hashes = EngineHashes::Shared;
     let mut shape = Shape::Conversation;
     let mut args = std::env::args().skip(1);
@@ -46,6 +50,10 @@ fn main() -> ExitCode {
         }
         if flag == "--recovery" {
             with_recovery = true;
+            continue;
+        }
+        if flag == "--no-spread" {
+            spread_lanes = false;
             continue;
         }
         if flag == "--trim" {
@@ -78,7 +86,7 @@ fn main() -> ExitCode {
             _ => {
                 eprintln!(
                     "usage: ingest [--dup N] [--lanes L] [--reps R] [--queue Q[,Q…]] [--clone-inside] \
-                     [--trim] [--recovery] [--engine-hashes shared|per-worker] \
+                     [--trim] [--recovery] [--no-spread] [--engine-hashes shared|per-worker] \
                      [--shape conversation|documents|shared-fleet]"
                 );
                 return ExitCode::FAILURE;
@@ -109,7 +117,7 @@ fn main() -> ExitCode {
         let mode = (rep - 1) % modes.len();
         let recovering = modes[mode];
         let queue_capacity = queues[turn];
-        let config = PoolConfig { lanes, queue_capacity, ..PoolConfig::default() };
+        let config = PoolConfig { lanes, queue_capacity, spread_lanes, ..PoolConfig::default() };
         let pool = match EventPool::new(config) {
             Ok(pool) => pool,
             Err(error) => {
