@@ -56,10 +56,11 @@ pub struct PoolConfig {
     /// [`MAX_LANE_HEAP_RESERVE`](super::MAX_LANE_HEAP_RESERVE); 0 reserves nothing.
     pub lane_heap_reserve: usize,
     /// Whether two busy lane threads that share a CPU while a caller waits on them (a flush, a
-    /// snapshot) move apart, on Linux ([`LaneMode::Threads`] says how). Default: on; a fresh
-    /// ingest on the 2-core comparison took 0.87–0.96 of the time without (BENCHMARKS.md,
-    /// session 23). Turn it off if you place the lanes' threads yourself: a lane then never
-    /// changes its affinity.
+    /// snapshot) move apart, on Linux ([`LaneMode::Threads`] says how). Default: on. On the
+    /// 2-core test VM a fresh ingest took 0.87–0.96 of the time without it while the kernel was
+    /// slow to balance, and the same time when it was not (BENCHMARKS.md, sessions 23 and 24).
+    /// Turn it off if you place the lanes' threads yourself: a lane then never changes its
+    /// affinity.
     pub spread_lanes: bool,
 }
 

@@ -20,7 +20,8 @@
 //! one goes on as soon as a lane takes its batch, and a lane moved to its core then shares
 //! that core with it. Fresh `shared-fleet` ingests took 0.87 of the time they took before
 //! with flushes only, 0.93 with both kinds of wait (30 process pairs each; `documents` 0.96
-//! either way).
+//! either way). That was on a day the VM's balancer took milliseconds to act; on a day it
+//! acted at once, turning this off changed nothing (1.01, 20 pairs).
 //!
 //! An embedder that places threads itself can turn this off ([`Spread::new`] with `on` false:
 //! `PoolConfig::spread_lanes` for the index); lanes then never look at their CPU.
