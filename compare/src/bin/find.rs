@@ -5,7 +5,8 @@
 //! the first pass, so a profiler started with a delay (`perf record -D`) sees only queries.
 //! `--prefix N` cuts every query to its first N blocks, to see what the deeper runs add. The
 //! last lines compare the slowest 1% of one more pass with all of it (query length, deepest
-//! match, workers answered). `--dup N` replays the shape's trace N times, as the comparison's
+//! match, workers answered) and say how many of them are slow again in the pass after.
+//! `--dup N` replays the shape's trace N times, as the comparison's
 //! `--dup` does.
 //!
 //! ```sh
@@ -80,22 +81,41 @@ fn main() -> ExitCode {
 }
 
 /// What the slowest 1% of one more pass's queries look like next to all of them: query length,
-/// deepest match and workers answered, on average.
+/// deepest match and workers answered, on average; then, from a second pass, whether the same
+/// queries are slow again (a tail of chance would share about 1% of them).
 fn describe_tail<S: Subject>(subject: &S, prepared: &[S::Query], sample: &[&[LocalBlockHash]]) {
     let ns = time_prepared(subject, prepared);
-    let mut order: Vec<usize> = (0..ns.len()).collect();
-    order.sort_unstable_by_key(|&i| std::cmp::Reverse(ns[i]));
-    let shape = |picked: &[usize]| {
-        let n = picked.len().max(1) as f64;
-        let (mut len, mut depth, mut workers) = (0.0, 0.0, 0.0);
-        for &i in picked {
+    let slowest = |ns: &[u64]| {
+        let mut order: Vec<usize> = (0..ns.len()).collect();
+        order.sort_unstable_by_key(|&i| std::cmp::Reverse(ns[i]));
+        order.truncate(ns.len() / 100);
+        order
+    };
+    let shape = |picked: &mut dyn Iterator<Item = usize>| {
+        let (mut n, mut len, mut depth, mut workers) = (0.0f64, 0.0, 0.0, 0.0);
+        for i in picked {
             let pairs = subject.scores(sample[i]);
+            n += 1.0;
             len += sample[i].len() as f64;
             depth += pairs.iter().map(|&(_, d)| d).max().unwrap_or(0) as f64;
             workers += pairs.len() as f64;
         }
+        let n = n.max(1.0);
         format!("query {:.1} blocks, deepest {:.1}, {:.1} workers", len / n, depth / n, workers / n)
     };
-    println!("all:         {}", shape(&order));
-    println!("slowest 1%:  {}", shape(&order[..order.len() / 100]));
+    let tail = slowest(&ns);
+    println!("all:         {}", shape(&mut (0..ns.len())));
+    println!("slowest 1%:  {}", shape(&mut tail.iter().copied()));
+    let again = time_prepared(subject, prepared);
+    let tail_again = slowest(&again);
+    let both = tail.iter().filter(|i| tail_again.contains(i)).count();
+    let mut their_times: Vec<u64> = tail.iter().map(|&i| again[i]).collect();
+    let mut all_times = again.clone();
+    let (theirs, all) = (percentile(&mut their_times, 50.0), percentile(&mut all_times, 50.0));
+    println!(
+        "again:       {both} of those {} queries in the next pass's slowest 1%; their p50 there {} ns, all {} ns",
+        tail.len(),
+        theirs.unwrap_or(0),
+        all.unwrap_or(0),
+    );
 }
