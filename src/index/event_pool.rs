@@ -57,10 +57,9 @@ pub struct PoolConfig {
     pub lane_heap_reserve: usize,
     /// Whether two busy lane threads that share a CPU while a caller waits on them (a flush, a
     /// snapshot) move apart, on Linux ([`LaneMode::Threads`] says how). Default: on. On the
-    /// 2-core test VM a fresh ingest took 0.87–0.96 of the time without it while the kernel was
-    /// slow to balance, and the same time when it was not (BENCHMARKS.md, sessions 23 and 24).
-    /// Turn it off if you place the lanes' threads yourself: a lane then never changes its
-    /// affinity.
+    /// 2-core test VM a fresh ingest took 0.87–1.02 of the time it took without, depending on
+    /// how slowly the kernel balanced that hour (BENCHMARKS.md, sessions 23 and 24). Turn it
+    /// off if you place the lanes' threads yourself: a lane then never changes its affinity.
     pub spread_lanes: bool,
 }
 

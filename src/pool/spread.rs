@@ -20,8 +20,9 @@
 //! one goes on as soon as a lane takes its batch, and a lane moved to its core then shares
 //! that core with it. Fresh `shared-fleet` ingests took 0.87 of the time they took before
 //! with flushes only, 0.93 with both kinds of wait (30 process pairs each; `documents` 0.96
-//! either way). That was on a day the VM's balancer took milliseconds to act; on a day it
-//! acted at once, turning this off changed nothing (1.01, 20 pairs).
+//! either way). How much it gains depends on how slowly the kernel balances, which varies by
+//! the hour on that VM: the next day, on against off within one build gave `shared-fleet`
+//! 1.01 over 20 pairs and 0.93 over 16 an hour later, `documents` 1.02 over 36.
 //!
 //! An embedder that places threads itself can turn this off ([`Spread::new`] with `on` false:
 //! `PoolConfig::spread_lanes` for the index); lanes then never look at their CPU.
