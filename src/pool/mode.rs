@@ -14,7 +14,8 @@ pub enum LaneMode {
     /// lane that finds another on its CPU moves itself to an allowed CPU no lane is on, by
     /// narrowing its own thread's affinity for a moment and restoring it; it is never left
     /// pinned. An embedder that places threads itself turns that off
-    /// (`PoolConfig::spread_lanes`, `SequencesBuilder::spread_peer_lanes`).
+    /// ([`PoolConfig::spread_lanes`](crate::index::PoolConfig::spread_lanes),
+    /// [`SequencesBuilder::spread_peer_lanes`](crate::sequences::SequencesBuilder::spread_peer_lanes)).
     #[default]
     Threads,
     /// No threads: each event or task is applied on the caller's thread before the call

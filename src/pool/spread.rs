@@ -22,7 +22,7 @@
 //! with flushes only, 0.93 with both kinds of wait (30 process pairs each; `documents` 0.96
 //! either way). How much it gains depends on how slowly the kernel balances, which varies by
 //! the hour on that VM: the next day, on against off within one build gave `shared-fleet`
-//! 1.01 over 20 pairs and 0.93 over 16 an hour later, `documents` 1.02 over 36.
+//! 1.01 over 20 pairs, then 0.93 over 16 pairs 40 minutes later, and `documents` 1.02 over 36.
 //!
 //! An embedder that places threads itself can turn this off ([`Spread::new`] with `on` false:
 //! `PoolConfig::spread_lanes` for the index); lanes then never look at their CPU.

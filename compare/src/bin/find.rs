@@ -6,8 +6,7 @@
 //! `--prefix N` cuts every query to its first N blocks, to see what the deeper runs add. The
 //! last lines compare the slowest 1% of one more pass with all of it (query length, deepest
 //! match, workers answered) and say how many of them are slow again in the pass after.
-//! `--dup N` replays the shape's trace N times, as the comparison's
-//! `--dup` does.
+//! `--dup N` replays the shape's trace N times, as the comparison's `--dup` does.
 //!
 //! ```sh
 //! cargo run --release -p kvroute-compare --bin find -- --shape documents --passes 9
