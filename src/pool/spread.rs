@@ -25,7 +25,8 @@
 //! 1.01 over 20 pairs, then 0.93 over 16 pairs 40 minutes later, and `documents` 1.02 over 36.
 //!
 //! An embedder that places threads itself can turn this off ([`Spread::new`] with `on` false:
-//! `PoolConfig::spread_lanes` for the index); lanes then never look at their CPU.
+//! `PoolConfig::spread_lanes` for the index, `SequencesBuilder::spread_peer_lanes` for the
+//! load tracker's peer lanes); lanes then never look at their CPU.
 //!
 //! Linux only; elsewhere, and under loom and miri, every call is a no-op.
 
