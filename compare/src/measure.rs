@@ -29,8 +29,13 @@ pub struct Plan {
     pub checked_queries: usize,
 }
 
-/// `count` queries of `workload`, evenly spaced over the whole replay (cycling if needed).
-fn sample(queries: &[Vec<LocalBlockHash>], count: usize, phase: usize) -> Vec<&[LocalBlockHash]> {
+/// `count` queries of `workload`, evenly spaced over the whole replay (cycling if needed),
+/// starting `phase` queries in.
+pub fn sample(
+    queries: &[Vec<LocalBlockHash>],
+    count: usize,
+    phase: usize,
+) -> Vec<&[LocalBlockHash]> {
     if queries.is_empty() {
         return Vec::new();
     }
