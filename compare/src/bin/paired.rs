@@ -1,41 +1,78 @@
 //! Quiescent `find_matches` of kvroute and Dynamo's CRTC taking turns in one process: a
 //! yardstick for changes to the walk, steadier than separate processes.
 //!
-//! `cargo run --release -p kvroute-compare --bin paired -- [--shapes a,b] [--rounds R] [--queries Q]`
+//! `cargo run --release -p kvroute-compare --bin paired -- [--shapes a,b] [--rounds R] [--queries Q] [--fresh]`
 //!
-//! Both subjects ingest the shape's stream into this one process, and their answers to the
-//! comparison's query sample are checked to agree. Then each round times one pass of the sample
-//! on each subject, after the same 2,000-query warm-up `index` gives it, the order swapped
-//! every round. A round's ratio compares two passes a few milliseconds apart, so the host's
-//! speed, which drifts over seconds on this shared VM (BENCHMARKS.md, session 25: 381–852 ns
-//! for the same code from one process to the next), moves both sides alike, and Dynamo serves
-//! as the yardstick a change of ours is read against.
+//! Each round times one pass of the comparison's query sample on each subject, after the same
+//! 2,000-query warm-up `index` gives it, the order swapped every round. A round's ratio compares
+//! two passes a few milliseconds apart, so the host's speed, which drifts over seconds on this
+//! shared VM (BENCHMARKS.md, session 25: 381–852 ns for the same code from one process to the
+//! next), moves both sides alike, and Dynamo serves as the yardstick a change of ours is read
+//! against. The subjects' answers are checked to agree first.
 //!
-//! It is not `index`'s measure and does not stand in for it: there each subject's timed pass
-//! follows its own ingest in a fresh process; here it follows the other subject's pass, which
-//! leaves different lines in the caches. The ratios differ by that (BENCHMARKS.md, session 26),
-//! so compare this tool's ratios only with its own.
+//! What runs before a timed pass changes the ratio (BENCHMARKS.md, session 26), so there are two
+//! procedures, and their ratios compare only with their own:
+//! - by default both subjects ingest the stream once and stay resident, and a pass follows the
+//!   other subject's pass;
+//! - `--fresh` runs `index`'s own procedure in turns: each turn builds its subject afresh,
+//!   times its ingest (memory handed back to the kernel before and after, as `index` does),
+//!   then the warm-up and the pass, and drops it. It also prints the ingest ratio.
 
 use std::process::ExitCode;
+use std::time::Instant;
+
+use kvroute::LocalBlockHash;
 
 use kvroute::sim::shapes::Shape;
 use kvroute_compare::dynamo_crtc::DynamoCrtc;
 use kvroute_compare::kvroute_pool::KvroutePool;
 use kvroute_compare::latency::{percentile, time_prepared};
 use kvroute_compare::measure;
-use kvroute_compare::subject::Subject;
-use kvroute_compare::workload::{self, EngineHashes};
+use kvroute_compare::memory::trim;
+use kvroute_compare::subject::{Scores, Subject};
+use kvroute_compare::workload::{self, EngineHashes, Workload};
 
 /// Lanes of each subject, as in `index`.
 const LANES: usize = 2;
 /// Queries run untimed before each pass, as in `index`.
 const WARMUP: usize = 2_000;
+/// Queries whose answers fresh turns compare (resident subjects compare the whole sample).
+const CHECKED: usize = 2_000;
 
-/// One warm-up and one timed pass of `prepared` on `subject`: (p50, p99) in nanoseconds.
-fn pass<S: Subject>(subject: &S, prepared: &[S::Query]) -> (u64, u64) {
+/// What one subject's turn measured: its ingest (fresh turns only) and its timed pass.
+#[derive(Clone, Copy)]
+struct Turn {
+    ingest_ns: Option<u64>,
+    p50_ns: u64,
+    p99_ns: u64,
+}
+
+/// One warm-up and one timed pass of `prepared` on `subject`.
+fn pass<S: Subject>(subject: &S, prepared: &[S::Query], ingest_ns: Option<u64>) -> Turn {
     drop(time_prepared(subject, &prepared[..prepared.len().min(WARMUP)]));
     let mut ns = time_prepared(subject, prepared);
-    (percentile(&mut ns, 50.0).unwrap_or(0), percentile(&mut ns, 99.0).unwrap_or(0))
+    let (p50_ns, p99_ns) = (percentile(&mut ns, 50.0), percentile(&mut ns, 99.0));
+    Turn { ingest_ns, p50_ns: p50_ns.unwrap_or(0), p99_ns: p99_ns.unwrap_or(0) }
+}
+
+/// `index`'s procedure for one subject: built fresh, it ingests the stream (timed, memory
+/// handed back to the kernel before and after as `index` does), then one warm-up and one
+/// timed pass; dropped after. Also returns its answers to the first `checked` queries.
+fn fresh<S: Subject>(
+    subject: S,
+    workload: &Workload,
+    sample: &[&[LocalBlockHash]],
+    checked: usize,
+) -> (Turn, Vec<Scores>) {
+    trim();
+    let start = Instant::now();
+    subject.apply_all(&workload.events);
+    subject.flush();
+    let ingest_ns = start.elapsed().as_nanos() as u64;
+    trim();
+    let prepared: Vec<_> = sample.iter().map(|q| subject.prepare(q)).collect();
+    let turn = pass(&subject, &prepared, Some(ingest_ns));
+    (turn, sample.iter().take(checked).map(|q| subject.scores(q)).collect())
 }
 
 /// `median [low–high]` of `values`.
@@ -46,77 +83,146 @@ fn median_range(mut values: Vec<f64>, decimals: usize) -> String {
 }
 
 /// Every round of one shape, printed as it goes, then the shape's summary line.
-fn shape_rounds(shape: Shape, rounds: usize, count: usize) -> Result<(), String> {
+fn shape_rounds(shape: Shape, plan: Plan) -> Result<(), String> {
     let workload = workload::build(shape, 1, EngineHashes::Shared)?;
-    let dynamo = DynamoCrtc::new(LANES);
-    dynamo.apply_all(&workload.events);
-    dynamo.flush();
-    let ours = KvroutePool::new(LANES);
-    ours.apply_all(&workload.events);
-    ours.flush();
-    let sample = measure::sample(&workload.queries, count, 0);
-    let differ = sample.iter().filter(|q| dynamo.scores(q) != ours.scores(q)).count();
-    if differ > 0 {
-        return Err(format!("{shape}: the subjects' answers differ on {differ} queries"));
-    }
-    let theirs: Vec<_> = sample.iter().map(|q| dynamo.prepare(q)).collect();
-    let mine: Vec<_> = sample.iter().map(|q| ours.prepare(q)).collect();
+    let sample = measure::sample(&workload.queries, plan.queries, 0);
     println!("{shape}: {}", workload.description);
-    let mut figures: [Vec<f64>; 6] = Default::default();
-    for round in 1..=rounds {
-        let (their, our) = if round % 2 == 1 {
-            let their = pass(&dynamo, &theirs);
-            (their, pass(&ours, &mine))
-        } else {
-            let our = pass(&ours, &mine);
-            (pass(&dynamo, &theirs), our)
-        };
-        let (p50, p99) = (our.0 as f64 / their.0 as f64, our.1 as f64 / their.1 as f64);
-        println!(
-            "  round {round:>2}: dynamo-crtc p50 {:>5} ns  p99 {:>5} ns   kvroute p50 {:>5} ns  p99 {:>5} ns   ratio p50 {p50:.3}  p99 {p99:.3}",
-            their.0, their.1, our.0, our.1
-        );
-        let values = [p50, p99, their.0 as f64, their.1 as f64, our.0 as f64, our.1 as f64];
-        for (figure, value) in figures.iter_mut().zip(values) {
-            figure.push(value);
+    let mut rounds: Vec<(Turn, Turn)> = Vec::new();
+    if plan.fresh {
+        for round in 1..=plan.rounds {
+            // Answers are compared in the first round only: building is what costs.
+            let checked = if round == 1 { CHECKED } else { 0 };
+            let (their, our) = if round % 2 == 1 {
+                let their = fresh(DynamoCrtc::new(LANES), &workload, &sample, checked);
+                (their, fresh(KvroutePool::new(LANES), &workload, &sample, checked))
+            } else {
+                let our = fresh(KvroutePool::new(LANES), &workload, &sample, checked);
+                (fresh(DynamoCrtc::new(LANES), &workload, &sample, checked), our)
+            };
+            agree(shape, &their.1, &our.1)?;
+            rounds.push(report(round, their.0, our.0));
+        }
+    } else {
+        let dynamo = DynamoCrtc::new(LANES);
+        dynamo.apply_all(&workload.events);
+        dynamo.flush();
+        let ours = KvroutePool::new(LANES);
+        ours.apply_all(&workload.events);
+        ours.flush();
+        let theirs: Vec<Scores> = sample.iter().map(|q| dynamo.scores(q)).collect();
+        agree(shape, &theirs, &sample.iter().map(|q| ours.scores(q)).collect::<Vec<_>>())?;
+        let theirs: Vec<_> = sample.iter().map(|q| dynamo.prepare(q)).collect();
+        let mine: Vec<_> = sample.iter().map(|q| ours.prepare(q)).collect();
+        for round in 1..=plan.rounds {
+            let (their, our) = if round % 2 == 1 {
+                let their = pass(&dynamo, &theirs, None);
+                (their, pass(&ours, &mine, None))
+            } else {
+                let our = pass(&ours, &mine, None);
+                (pass(&dynamo, &theirs, None), our)
+            };
+            rounds.push(report(round, their, our));
         }
     }
-    let [p50, p99, their50, their99, our50, our99] = figures;
-    println!(
-        "{shape}: kvroute / dynamo-crtc over {rounds} rounds, median [range]: p50 {}  p99 {}  \
-         (dynamo-crtc p50 {} p99 {} ns; kvroute p50 {} p99 {} ns)",
-        median_range(p50, 3),
-        median_range(p99, 3),
-        median_range(their50, 0),
-        median_range(their99, 0),
-        median_range(our50, 0),
-        median_range(our99, 0),
-    );
+    summarize(shape, plan, &rounds);
     Ok(())
 }
 
+/// An error if the subjects' answers differ.
+fn agree(shape: Shape, theirs: &[Scores], ours: &[Scores]) -> Result<(), String> {
+    let differ = theirs.iter().zip(ours).filter(|(t, o)| t != o).count();
+    if differ > 0 {
+        return Err(format!("{shape}: the subjects' answers differ on {differ} queries"));
+    }
+    Ok(())
+}
+
+/// Prints one round and hands it back.
+fn report(round: usize, their: Turn, our: Turn) -> (Turn, Turn) {
+    let ingest = match (their.ingest_ns, our.ingest_ns) {
+        (Some(t), Some(o)) => format!(
+            "   ingest {:.1} / {:.1} ms = {:.2}×",
+            t as f64 / 1e6,
+            o as f64 / 1e6,
+            t as f64 / o as f64
+        ),
+        _ => String::new(),
+    };
+    println!(
+        "  round {round:>2}: dynamo-crtc p50 {:>5} ns  p99 {:>5} ns   kvroute p50 {:>5} ns  p99 {:>5} ns   ratio p50 {:.3}  p99 {:.3}{ingest}",
+        their.p50_ns,
+        their.p99_ns,
+        our.p50_ns,
+        our.p99_ns,
+        our.p50_ns as f64 / their.p50_ns as f64,
+        our.p99_ns as f64 / their.p99_ns as f64,
+    );
+    (their, our)
+}
+
+/// The shape's summary line: medians [ranges] over the rounds.
+fn summarize(shape: Shape, plan: Plan, rounds: &[(Turn, Turn)]) {
+    let figure = |f: &dyn Fn(&(Turn, Turn)) -> f64| rounds.iter().map(f).collect::<Vec<_>>();
+    let ratio50 = figure(&|(t, o)| o.p50_ns as f64 / t.p50_ns as f64);
+    let ratio99 = figure(&|(t, o)| o.p99_ns as f64 / t.p99_ns as f64);
+    let ingest = if plan.fresh {
+        let speedup = figure(&|(t, o)| {
+            t.ingest_ns.unwrap_or(0) as f64 / o.ingest_ns.unwrap_or(1).max(1) as f64
+        });
+        format!("  ingest × {}", median_range(speedup, 2))
+    } else {
+        String::new()
+    };
+    println!(
+        "{shape}: kvroute / dynamo-crtc over {} {} rounds, median [range]: p50 {}  p99 {}{ingest}  \
+         (dynamo-crtc p50 {} p99 {} ns; kvroute p50 {} p99 {} ns)",
+        rounds.len(),
+        if plan.fresh { "fresh" } else { "resident" },
+        median_range(ratio50, 3),
+        median_range(ratio99, 3),
+        median_range(figure(&|(t, _)| t.p50_ns as f64), 0),
+        median_range(figure(&|(t, _)| t.p99_ns as f64), 0),
+        median_range(figure(&|(_, o)| o.p50_ns as f64), 0),
+        median_range(figure(&|(_, o)| o.p99_ns as f64), 0),
+    );
+}
+
+/// What to run.
+#[derive(Clone, Copy)]
+struct Plan {
+    rounds: usize,
+    queries: usize,
+    /// `index`'s procedure (a fresh subject per turn) rather than resident subjects.
+    fresh: bool,
+}
+
 fn main() -> ExitCode {
-    let (mut shapes, mut rounds, mut count) = (Shape::ALL.to_vec(), 8usize, 20_000usize);
+    let mut shapes = Shape::ALL.to_vec();
+    let mut plan = Plan { rounds: 8, queries: 20_000, fresh: false };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
+        if flag == "--fresh" {
+            plan.fresh = true;
+            continue;
+        }
         let value = args.next().unwrap_or_default();
         let parsed = match flag.as_str() {
             "--shapes" | "--shape" => {
                 value.split(',').map(Shape::parse).collect::<Option<_>>().map(|s| shapes = s)
             }
-            "--rounds" => value.parse().ok().map(|v: usize| rounds = v.max(1)),
-            "--queries" => value.parse().ok().map(|v: usize| count = v.max(1)),
+            "--rounds" => value.parse().ok().map(|v: usize| plan.rounds = v.max(1)),
+            "--queries" => value.parse().ok().map(|v: usize| plan.queries = v.max(1)),
             _ => None,
         };
         if parsed.is_none() {
             eprintln!(
-                "usage: paired [--shapes conversation,documents,shared-fleet] [--rounds R] [--queries Q]"
+                "usage: paired [--shapes conversation,documents,shared-fleet] [--rounds R] [--queries Q] [--fresh]"
             );
             return ExitCode::from(2);
         }
     }
     for shape in shapes {
-        if let Err(message) = shape_rounds(shape, rounds, count) {
+        if let Err(message) = shape_rounds(shape, plan) {
             eprintln!("{message}");
             return ExitCode::FAILURE;
         }
