@@ -22,7 +22,6 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use kvroute::LocalBlockHash;
-
 use kvroute::sim::shapes::Shape;
 use kvroute_compare::dynamo_crtc::DynamoCrtc;
 use kvroute_compare::kvroute_pool::KvroutePool;
