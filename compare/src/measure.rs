@@ -17,6 +17,8 @@ use crate::workload::{self, Workload};
 pub const BUSY_WORKER_OFFSET: u64 = 1_000;
 /// Latency samples kept while ingesting, at most.
 const BUSY_SAMPLES_MAX: usize = 4_000_000;
+/// Queries of the timed sample run untimed before the quiescent pass.
+pub const WARMUP_QUERIES: usize = 2_000;
 /// Disagreements printed in full (to stderr), at most.
 const SHOWN_DISAGREEMENTS: usize = 5;
 
@@ -65,7 +67,7 @@ pub fn run<S: Subject>(
     let rss_growth = rss_bytes().saturating_sub(rss_start);
 
     let timed = sample(&workload.queries, plan.timed_queries, 0);
-    let warmup = timed.len().min(2_000);
+    let warmup = timed.len().min(WARMUP_QUERIES);
     drop(time_queries(&subject, &timed[..warmup]));
     let mut quiet = time_queries(&subject, &timed);
     // Each query's deepest match, from the subject's own (untimed) answer.

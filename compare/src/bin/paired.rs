@@ -33,8 +33,6 @@ use kvroute_compare::workload::{self, EngineHashes, Workload};
 
 /// Lanes of each subject, as in `index`.
 const LANES: usize = 2;
-/// Queries run untimed before each pass, as in `index`.
-const WARMUP: usize = 2_000;
 /// Queries whose answers fresh turns compare (resident subjects compare the whole sample).
 const CHECKED: usize = 2_000;
 
@@ -48,7 +46,7 @@ struct Turn {
 
 /// One warm-up and one timed pass of `prepared` on `subject`.
 fn pass<S: Subject>(subject: &S, prepared: &[S::Query], ingest_ns: Option<u64>) -> Turn {
-    drop(time_prepared(subject, &prepared[..prepared.len().min(WARMUP)]));
+    drop(time_prepared(subject, &prepared[..prepared.len().min(measure::WARMUP_QUERIES)]));
     let mut ns = time_prepared(subject, prepared);
     let (p50_ns, p99_ns) = (percentile(&mut ns, 50.0), percentile(&mut ns, 99.0));
     Turn { ingest_ns, p50_ns: p50_ns.unwrap_or(0), p99_ns: p99_ns.unwrap_or(0) }
@@ -91,13 +89,11 @@ fn shape_rounds(shape: Shape, plan: Plan) -> Result<(), String> {
         for round in 1..=plan.rounds {
             // Answers are compared in the first round only: building is what costs.
             let checked = if round == 1 { CHECKED } else { 0 };
-            let (their, our) = if round % 2 == 1 {
-                let their = fresh(DynamoCrtc::new(LANES), &workload, &sample, checked);
-                (their, fresh(KvroutePool::new(LANES), &workload, &sample, checked))
-            } else {
-                let our = fresh(KvroutePool::new(LANES), &workload, &sample, checked);
-                (fresh(DynamoCrtc::new(LANES), &workload, &sample, checked), our)
-            };
+            let (their, our) = in_turn(
+                round,
+                || fresh(DynamoCrtc::new(LANES), &workload, &sample, checked),
+                || fresh(KvroutePool::new(LANES), &workload, &sample, checked),
+            );
             agree(shape, &their.1, &our.1)?;
             rounds.push(report(round, their.0, our.0));
         }
@@ -113,18 +109,25 @@ fn shape_rounds(shape: Shape, plan: Plan) -> Result<(), String> {
         let theirs: Vec<_> = sample.iter().map(|q| dynamo.prepare(q)).collect();
         let mine: Vec<_> = sample.iter().map(|q| ours.prepare(q)).collect();
         for round in 1..=plan.rounds {
-            let (their, our) = if round % 2 == 1 {
-                let their = pass(&dynamo, &theirs, None);
-                (their, pass(&ours, &mine, None))
-            } else {
-                let our = pass(&ours, &mine, None);
-                (pass(&dynamo, &theirs, None), our)
-            };
+            let (their, our) =
+                in_turn(round, || pass(&dynamo, &theirs, None), || pass(&ours, &mine, None));
             rounds.push(report(round, their, our));
         }
     }
     summarize(shape, plan, &rounds);
     Ok(())
+}
+
+/// Runs Dynamo's side and ours of `round`, Dynamo first in odd rounds and second in even ones;
+/// returns (Dynamo's, ours).
+fn in_turn<T>(round: usize, theirs: impl FnOnce() -> T, ours: impl FnOnce() -> T) -> (T, T) {
+    if round % 2 == 1 {
+        let their = theirs();
+        (their, ours())
+    } else {
+        let our = ours();
+        (theirs(), our)
+    }
 }
 
 /// An error if the subjects' answers differ.
