@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use kvroute::LocalBlockHash;
+use kvroute::{LocalBlockHash, RouterEvent};
 
 use crate::latency::{by_depth, percentile, time_queries};
 use crate::memory::{rss_bytes, trim};
@@ -47,6 +47,15 @@ pub fn sample(
 
 /// Measures `subject`, freshly built and empty, on `workload`. `busy` times queries while the
 /// subject ingests a second stream, for subjects that can (see [`while_ingesting`]).
+/// Applies every event to `subject` and waits for them all; returns how long that took, in
+/// nanoseconds (the comparison's ingest time).
+pub fn ingest<S: Subject>(subject: &S, events: &[RouterEvent]) -> u64 {
+    let start = Instant::now();
+    subject.apply_all(events);
+    subject.flush();
+    start.elapsed().as_nanos() as u64
+}
+
 pub fn run<S: Subject>(
     name: &str,
     subject: S,
@@ -58,10 +67,7 @@ pub fn run<S: Subject>(
     trim();
     let rss_start = rss_bytes();
 
-    let start = Instant::now();
-    subject.apply_all(events);
-    subject.flush();
-    let ingest_ns = start.elapsed().as_nanos() as u64;
+    let ingest_ns = ingest(&subject, events);
     let rss_growth_untrimmed = rss_bytes().saturating_sub(rss_start);
     trim();
     let rss_growth = rss_bytes().saturating_sub(rss_start);
@@ -161,8 +167,7 @@ pub fn while_ingesting<S: Subject + Sync>(
     let mut samples = Vec::with_capacity(BUSY_SAMPLES_MAX.min(1 << 20));
     std::thread::scope(|scope| {
         scope.spawn(|| {
-            subject.apply_all(&second);
-            subject.flush();
+            ingest(subject, &second);
             done.store(true, Ordering::Release);
         });
         let mut next = 0;

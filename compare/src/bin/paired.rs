@@ -19,7 +19,6 @@
 //!   then the warm-up and the pass, and drops it. It also prints the ingest ratio.
 
 use std::process::ExitCode;
-use std::time::Instant;
 
 use kvroute::LocalBlockHash;
 use kvroute::sim::shapes::Shape;
@@ -62,10 +61,7 @@ fn fresh<S: Subject>(
     checked: usize,
 ) -> (Turn, Vec<Scores>) {
     trim();
-    let start = Instant::now();
-    subject.apply_all(&workload.events);
-    subject.flush();
-    let ingest_ns = start.elapsed().as_nanos() as u64;
+    let ingest_ns = measure::ingest(&subject, &workload.events);
     trim();
     let prepared: Vec<_> = sample.iter().map(|q| subject.prepare(q)).collect();
     let turn = pass(&subject, &prepared, Some(ingest_ns));
@@ -99,11 +95,9 @@ fn shape_rounds(shape: Shape, plan: Plan) -> Result<(), String> {
         }
     } else {
         let dynamo = DynamoCrtc::new(LANES);
-        dynamo.apply_all(&workload.events);
-        dynamo.flush();
+        measure::ingest(&dynamo, &workload.events);
         let ours = KvroutePool::new(LANES);
-        ours.apply_all(&workload.events);
-        ours.flush();
+        measure::ingest(&ours, &workload.events);
         let theirs: Vec<Scores> = sample.iter().map(|q| dynamo.scores(q)).collect();
         agree(shape, &theirs, &sample.iter().map(|q| ours.scores(q)).collect::<Vec<_>>())?;
         let theirs: Vec<_> = sample.iter().map(|q| dynamo.prepare(q)).collect();
