@@ -45,8 +45,6 @@ pub fn sample(
     (0..count).map(|i| queries[(phase + i * stride) % queries.len()].as_slice()).collect()
 }
 
-/// Measures `subject`, freshly built and empty, on `workload`. `busy` times queries while the
-/// subject ingests a second stream, for subjects that can (see [`while_ingesting`]).
 /// Applies every event to `subject` and waits for them all; returns how long that took, in
 /// nanoseconds (the comparison's ingest time).
 pub fn ingest<S: Subject>(subject: &S, events: &[RouterEvent]) -> u64 {
@@ -56,6 +54,8 @@ pub fn ingest<S: Subject>(subject: &S, events: &[RouterEvent]) -> u64 {
     start.elapsed().as_nanos() as u64
 }
 
+/// Measures `subject`, freshly built and empty, on `workload`. `busy` times queries while the
+/// subject ingests a second stream, for subjects that can (see [`while_ingesting`]).
 pub fn run<S: Subject>(
     name: &str,
     subject: S,

@@ -43,6 +43,13 @@ struct Turn {
     p99_ns: u64,
 }
 
+impl Turn {
+    /// This turn's (p50, p99) ÷ `their`'s.
+    fn ratios(self, their: Turn) -> (f64, f64) {
+        (self.p50_ns as f64 / their.p50_ns as f64, self.p99_ns as f64 / their.p99_ns as f64)
+    }
+}
+
 /// One warm-up and one timed pass of `prepared` on `subject`.
 fn pass<S: Subject>(subject: &S, prepared: &[S::Query], ingest_ns: Option<u64>) -> Turn {
     drop(time_prepared(subject, &prepared[..prepared.len().min(measure::WARMUP_QUERIES)]));
@@ -144,23 +151,19 @@ fn report(round: usize, their: Turn, our: Turn) -> (Turn, Turn) {
         ),
         _ => String::new(),
     };
+    let (ratio50, ratio99) = our.ratios(their);
     println!(
-        "  round {round:>2}: dynamo-crtc p50 {:>5} ns  p99 {:>5} ns   kvroute p50 {:>5} ns  p99 {:>5} ns   ratio p50 {:.3}  p99 {:.3}{ingest}",
-        their.p50_ns,
-        their.p99_ns,
-        our.p50_ns,
-        our.p99_ns,
-        our.p50_ns as f64 / their.p50_ns as f64,
-        our.p99_ns as f64 / their.p99_ns as f64,
+        "  round {round:>2}: dynamo-crtc p50 {:>5} ns  p99 {:>5} ns   kvroute p50 {:>5} ns  p99 {:>5} ns   ratio p50 {ratio50:.3}  p99 {ratio99:.3}{ingest}",
+        their.p50_ns, their.p99_ns, our.p50_ns, our.p99_ns,
     );
     (their, our)
 }
 
-/// The shape's summary line: medians [ranges] over the rounds.
+/// The shape's summary line: medians and ranges over the rounds.
 fn summarize(shape: Shape, plan: Plan, rounds: &[(Turn, Turn)]) {
     let figure = |f: &dyn Fn(&(Turn, Turn)) -> f64| rounds.iter().map(f).collect::<Vec<_>>();
-    let ratio50 = figure(&|(t, o)| o.p50_ns as f64 / t.p50_ns as f64);
-    let ratio99 = figure(&|(t, o)| o.p99_ns as f64 / t.p99_ns as f64);
+    let ratio50 = figure(&|(t, o)| o.ratios(*t).0);
+    let ratio99 = figure(&|(t, o)| o.ratios(*t).1);
     let ingest = if plan.fresh {
         let speedup = figure(&|(t, o)| {
             t.ingest_ns.unwrap_or(0) as f64 / o.ingest_ns.unwrap_or(1).max(1) as f64
