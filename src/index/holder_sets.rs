@@ -1,14 +1,16 @@
-//! [`Holders`]: the workers holding a run, and [`HolderSets`], the lane's maker of them.
+//! [`Holders`]: the workers holding a run, [`RunHolders`]: them as a version of the run keeps
+//! them, and [`HolderSets`], the lane's maker of them.
 //!
 //! A lane hands each of its first 64 workers a slot. A run's holders are then a 64-bit set of
 //! those slots whenever every holder has one: nothing to allocate, the lane tests and changes
 //! a holder with one bit operation, and queries narrow their matching workers with one AND per
 //! run however many workers share it (see [`WorkerSlots`] for who each bit stands for). Only a
 //! set with a slotless holder (a lane past 64 workers) is a sorted list, and queries merge it
-//! instead; lists of one worker are made once per worker and shared.
+//! instead; lists of one worker are made once per worker and shared. A version's bits change
+//! in place; a list is fixed for the version's life.
 //!
 //! A removed worker's slot is handed out again only after the lane's reclaimer lets go of it:
-//! by then no reader holds a version with the slot's old bit (see [`WorkerSlots`]).
+//! by then no reader holds the slot's old bit (see [`WorkerSlots`]).
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -16,7 +18,7 @@ use std::collections::HashMap;
 use crate::event::Worker;
 use crate::index::worker_slots::{SLOTS, WorkerSlots};
 use crate::sync::epoch::Reclaimer;
-use crate::sync::{Arc, Mutex, shared_slice};
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering, shared_slice};
 
 /// See the [module docs](self).
 #[derive(Clone)]
@@ -41,16 +43,21 @@ impl Holders {
     }
 
     /// The set as bits or as a list.
-    #[inline]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn view(&self) -> HolderView<'_> {
         match &self.list {
             Some(list) => HolderView::List(list),
             None => HolderView::Bits(self.bits),
         }
     }
+}
 
+impl HolderView<'_> {
     pub(crate) fn len(&self) -> usize {
-        self.list.as_ref().map_or(self.bits.count_ones() as usize, |list| list.len())
+        match self {
+            Self::Bits(bits) => bits.count_ones() as usize,
+            Self::List(list) => list.len(),
+        }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -59,18 +66,60 @@ impl Holders {
 
     /// Whether `worker`, whose slot is `slot` (if it has one), is a holder.
     pub(crate) fn holds(&self, worker: Worker, slot: Option<u8>) -> bool {
-        match &self.list {
-            Some(list) => list.binary_search(&worker).is_ok(),
-            None => slot.is_some_and(|slot| self.bits & 1 << slot != 0),
+        match self {
+            Self::List(list) => list.binary_search(&worker).is_ok(),
+            Self::Bits(bits) => slot.is_some_and(|slot| bits & 1 << slot != 0),
         }
     }
 
     /// Whether `worker`, whose slot is `slot`, is the only holder.
     pub(crate) fn is_only(&self, worker: Worker, slot: Option<u8>) -> bool {
-        match &self.list {
-            Some(list) => **list == [worker],
-            None => slot.is_some_and(|slot| self.bits == 1 << slot),
+        match self {
+            Self::List(list) => **list == [worker],
+            Self::Bits(bits) => slot.is_some_and(|slot| *bits == 1 << slot),
         }
+    }
+}
+
+/// A version's holders (see [`crate::index::run`]). A list is fixed for the version's life;
+/// bits the lane changes in place while the version is current, since a holder change keeps
+/// everything else about the run: a reader loads the bits once per visit (with acquire, so it
+/// sees the names of the slots they set: see [`WorkerSlots`]), and so sees the run's content
+/// with its holders as they were at that moment, a state that existed.
+pub(crate) struct RunHolders {
+    list: Option<Arc<[Worker]>>,
+    bits: AtomicU64,
+}
+
+impl From<Holders> for RunHolders {
+    fn from(holders: Holders) -> Self {
+        Self { list: holders.list, bits: AtomicU64::new(holders.bits) }
+    }
+}
+
+impl RunHolders {
+    /// The set as bits or as a list.
+    #[inline]
+    pub(crate) fn view(&self) -> HolderView<'_> {
+        match &self.list {
+            Some(list) => HolderView::List(list),
+            None => HolderView::Bits(self.bits.load(Ordering::Acquire)),
+        }
+    }
+
+    /// The set, to make another version with.
+    pub(crate) fn get(&self) -> Holders {
+        Holders { list: self.list.clone(), bits: self.bits.load(Ordering::Relaxed) }
+    }
+
+    /// Lane side, on the current version: makes `holders` the set in place if both it and the
+    /// set so far are bits; `false`, with nothing changed, if either is a list.
+    pub(crate) fn set_in_place(&self, holders: &Holders) -> bool {
+        if self.list.is_some() || holders.list.is_some() {
+            return false;
+        }
+        self.bits.store(holders.bits, Ordering::Release);
+        true
     }
 
     /// Heap bytes this set owns alone: none for bits and for the shared lists of one worker.
@@ -158,15 +207,15 @@ impl HolderSets {
     /// `holders` and `worker` (not one of them).
     pub(crate) fn adding(
         &mut self,
-        holders: &Holders,
+        holders: HolderView<'_>,
         worker: Worker,
         names: &WorkerSlots,
     ) -> Holders {
         if holders.is_empty() {
             return self.solo(worker, names);
         }
-        if let (None, Some(slot)) = (&holders.list, self.slot(worker, names)) {
-            return Holders { list: None, bits: holders.bits | 1 << slot };
+        if let (HolderView::Bits(bits), Some(slot)) = (&holders, self.slot(worker, names)) {
+            return Holders { list: None, bits: bits | 1 << slot };
         }
         let mut list = self.listed(holders, names);
         let at = list.binary_search(&worker).expect_err("not a holder yet");
@@ -177,12 +226,12 @@ impl HolderSets {
     /// `holders` without `worker` (one of them).
     pub(crate) fn removing(
         &mut self,
-        holders: &Holders,
+        holders: HolderView<'_>,
         worker: Worker,
         names: &WorkerSlots,
     ) -> Holders {
-        if let (None, Some(slot)) = (&holders.list, self.slot_of(worker)) {
-            return Holders { list: None, bits: holders.bits & !(1 << slot) };
+        if let (HolderView::Bits(bits), Some(slot)) = (&holders, self.slot_of(worker)) {
+            return Holders { list: None, bits: bits & !(1 << slot) };
         }
         let mut list = self.listed(holders, names);
         list.retain(|&w| w != worker);
@@ -190,10 +239,10 @@ impl HolderSets {
     }
 
     /// `holders` as a sorted list, in the scratch buffer.
-    fn listed(&mut self, holders: &Holders, names: &WorkerSlots) -> Vec<Worker> {
+    fn listed(&mut self, holders: HolderView<'_>, names: &WorkerSlots) -> Vec<Worker> {
         let mut list = std::mem::take(&mut self.scratch);
         list.clear();
-        match holders.view() {
+        match holders {
             HolderView::List(workers) => list.extend_from_slice(workers),
             HolderView::Bits(bits) => {
                 let slots = (0..SLOTS as u32).filter(|&slot| bits & 1 << slot != 0);
@@ -300,6 +349,7 @@ mod tests {
         let mut set = sets.nobody();
         assert_eq!(decode(&set, &names), (vec![], true));
         let check = |sets: &HolderSets, set: &Holders, expected: &[Worker]| {
+            let set = set.view();
             assert_eq!(set.len(), expected.len());
             for id in 0..72 {
                 let slot = sets.slot_of(w(id));
@@ -308,13 +358,13 @@ mod tests {
             }
         };
         for id in 0..70 {
-            set = sets.adding(&set, w(id), &names);
+            set = sets.adding(set.view(), w(id), &names);
             let expected: Vec<Worker> = (0..=id).map(w).collect();
             assert_eq!(decode(&set, &names), (expected.clone(), id < 64), "after adding {id}");
             check(&sets, &set, &expected);
         }
         for id in (1..70).rev() {
-            set = sets.removing(&set, w(id), &names);
+            set = sets.removing(set.view(), w(id), &names);
             let expected: Vec<Worker> = (0..id).map(w).collect();
             assert_eq!(decode(&set, &names), (expected.clone(), id <= 64), "after removing {id}");
             check(&sets, &set, &expected);
@@ -324,11 +374,35 @@ mod tests {
         assert_eq!(decode(&solo, &names), (vec![w(65)], false));
         let again = sets.solo(w(65), &names);
         assert!(matches!((&solo.list, &again.list), (Some(a), Some(b)) if Arc::ptr_eq(a, b)));
-        assert_eq!(solo.own_bytes(), 0);
+        assert_eq!(RunHolders::from(solo.clone()).own_bytes(), 0);
         // Removing the slotless worker from a list leaves bits.
-        let pair = sets.adding(&solo, w(3), &names);
+        let pair = sets.adding(solo.view(), w(3), &names);
         assert_eq!(decode(&pair, &names), (vec![w(3), w(65)], false));
-        assert_eq!(decode(&sets.removing(&pair, w(65), &names), &names), (vec![w(3)], true));
+        assert_eq!(decode(&sets.removing(pair.view(), w(65), &names), &names), (vec![w(3)], true));
+    }
+
+    /// A version's bits change in place; a list, or a change to or from one, needs a new
+    /// version.
+    #[test]
+    fn only_bits_change_in_place() {
+        let names = WorkerSlots::default();
+        let mut sets = HolderSets::default();
+        for id in 0..64 {
+            sets.solo(w(id), &names);
+        }
+        let run = RunHolders::from(sets.solo(w(3), &names));
+        let pair = sets.adding(run.view(), w(5), &names);
+        assert!(run.set_in_place(&pair));
+        assert_eq!(decode(&run.get(), &names), (vec![w(3), w(5)], true));
+        assert!(run.view().holds(w(5), sets.slot_of(w(5))));
+        let listed = sets.adding(run.view(), w(70), &names);
+        assert!(!run.set_in_place(&listed), "bits to a list");
+        assert_eq!(decode(&run.get(), &names), (vec![w(3), w(5)], true));
+        let run = RunHolders::from(listed);
+        let back = sets.removing(run.view(), w(70), &names);
+        assert!(!run.set_in_place(&back), "a list to bits");
+        assert_eq!(decode(&run.get(), &names), (vec![w(3), w(5), w(70)], false));
+        assert_eq!(run.own_bytes(), 16 + 3 * size_of::<Worker>());
     }
 
     /// A forgotten worker's slot is handed out again only after the reclaimer lets it go.

@@ -9,7 +9,8 @@
 //!
 //! Publication order keeps concurrent readers on states that existed: a split inserts the new
 //! tail run into the table before it shortens the head, and every change swaps a whole new
-//! version of the run (its [`Run`], state included) into its slot.
+//! version of the run (its [`Run`], state included) into its slot, except a change of holders
+//! bits, which a reader loads in one step (see [`crate::index::run`]).
 //!
 //! Runs are looked up by identity, not by key (see [`crate::index::run`]): each block that is a
 //! run's last carries a tail id drawn from a counter that never repeats, and a child run
@@ -348,7 +349,7 @@ impl LaneTrie {
         let Some((_, _, _, state)) = cursor.at else { return false };
         *cursor.holds.get_or_insert_with(|| {
             let worker = cursor.worker;
-            state.members.holds(worker, self.holder_sets.slot_of(worker))
+            state.members.view().holds(worker, self.holder_sets.slot_of(worker))
         })
     }
 
@@ -365,7 +366,7 @@ impl LaneTrie {
             let first = pos.offset;
             let last = first + (end - at) as u32 - 1;
             let run = self.isolate(pos.run, first, last, guard);
-            let members = &self.state(run, guard).members;
+            let members = self.state(run, guard).members.view();
             let members = self.holder_sets.adding(members, worker, self.table.table().names());
             self.set_members(run, members, guard);
             at = end;
@@ -407,7 +408,7 @@ impl LaneTrie {
                 let pos = &mut self.nodes[node as usize];
                 (pos.run, pos.offset) = (parent, (offset + step) as u32);
             }
-            let members = state.members.clone();
+            let members = state.members.get();
             // A new last block: children of the old one (none yet) must not find it.
             let tail_id = self.fresh_tail();
             self.change_ids(parent, |run_ids| run_ids.extend(ids));
@@ -435,7 +436,7 @@ impl LaneTrie {
         let state = self.state(run, guard);
         let have = state.len();
         meta.children == 0
-            && state.members.is_only(worker, self.holder_sets.slot_of(worker))
+            && state.members.view().is_only(worker, self.holder_sets.slot_of(worker))
             && (have + len <= COPY_APPEND_LIMIT || have <= 4 * len)
             && have + len <= self.limits.max_run_blocks
     }
@@ -510,7 +511,7 @@ impl LaneTrie {
     fn release_stretch(&mut self, worker: Worker, run: RunId, first: u32, last: u32, g: &Guard) {
         let state = self.state(run, g);
         let len = state.len() as u32;
-        let last_holder = state.members.len() == 1;
+        let last_holder = state.members.view().len() == 1;
         if last + 1 == len && last_holder && self.meta(run).children == 0 {
             // Nothing holds or hangs below the stretch any more: cut it off.
             if first == 0 {
@@ -522,7 +523,7 @@ impl LaneTrie {
         }
         // The isolated part keeps the run's holders.
         let names = self.table.table().names();
-        let members = self.holder_sets.removing(&state.members, worker, names);
+        let members = self.holder_sets.removing(state.members.view(), worker, names);
         let run = self.isolate(run, first, last, g);
         self.set_members(run, members, g);
     }
@@ -550,7 +551,7 @@ impl LaneTrie {
         let tail = RunState {
             locals: state.part(at..state.len()),
             tail_id: state.tail_id,
-            members: state.members.clone(),
+            members: state.members.get(),
         };
         let head_tail = self.fresh_tail();
         // The tail is findable before the head stops covering it.
@@ -558,7 +559,7 @@ impl LaneTrie {
         let head = RunState {
             locals: state.part(0..at),
             tail_id: head_tail,
-            members: state.members.clone(),
+            members: state.members.get(),
         };
         self.publish(run, head, guard);
         new
@@ -573,7 +574,7 @@ impl LaneTrie {
             locals: state.part(0..at),
             // A new last block (see `append`).
             tail_id: self.fresh_tail(),
-            members: state.members.clone(),
+            members: state.members.get(),
         };
         self.publish(run, head, guard);
         self.free_nodes.extend(dropped.iter());
@@ -615,8 +616,13 @@ impl LaneTrie {
         meta.run = at;
     }
 
+    /// Makes `members` the holders of `run`: in place when both they and the old ones are bits
+    /// (a reader sees the run as it was before or after), else in a new version.
     fn set_members(&mut self, run: RunId, members: Holders, guard: &Guard) {
         let meta = self.runs[run as usize].as_ref().expect("live run");
+        if meta.run().members.set_in_place(&members) {
+            return;
+        }
         let next = meta.run().with_members(members, &mut self.versions);
         self.put_version(run, next, guard);
     }
@@ -695,7 +701,7 @@ impl LaneTrie {
             let parent = self.nodes[meta.parent as usize].run;
             let siblings = &mut self.meta_mut(parent).children;
             *siblings -= 1;
-            if *siblings > 0 || !self.state(parent, guard).members.is_empty() {
+            if *siblings > 0 || !self.state(parent, guard).members.view().is_empty() {
                 return;
             }
             run = parent;

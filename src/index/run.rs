@@ -1,10 +1,13 @@
 //! [`Run`]: a chain of tree nodes that the same workers hold and that only branches at its end,
 //! the unit a lane's tree is made of (queries walk them: see [`crate::index::walk`]).
 //!
-//! A [`Run`] is one immutable version: its identity and its state (content hashes, the tail id
-//! of its last block, its holders) in one allocation, so a lookup reaches everything a walk
-//! compares in one step from the table's slot. The lane builds a version from a [`RunState`]
-//! and replaces a run's version whole in its slot, so a reader always sees a consistent run.
+//! A [`Run`] is one version: its identity and its state (content hashes, the tail id of its
+//! last block, its holders) in one allocation, so a lookup reaches everything a walk compares
+//! in one step from the table's slot. The lane builds a version from a [`RunState`] and
+//! replaces a run's version whole in its slot when its content changes, so a reader always
+//! sees a consistent run. Only a holder change that keeps the holders a set of bits is made in
+//! place, in the current version (see [`RunHolders`]): it changes nothing a reader compares
+//! them with, and saves the lane a version (most holder changes, where documents are shared).
 //!
 //! What identifies a run is where it hangs (the [`Run::tail_id`] of its parent's last
 //! node, [`ROOT_TAIL`] for a root) and its first content hash, both fixed for the run's life.
@@ -35,7 +38,7 @@
 use std::alloc::Layout;
 use std::ops::Range;
 
-use crate::index::holder_sets::Holders;
+use crate::index::holder_sets::{Holders, RunHolders};
 use crate::index::locals::{INLINE, Locals};
 use crate::index::versions::{Version, VersionCache, layout_of};
 use crate::sync::{Arc, AtomicU32, Ordering};
@@ -68,8 +71,9 @@ pub(crate) struct RunOf<H: ?Sized> {
     pub(crate) tail_id: u64,
     /// The workers holding every block of the run: bits of the lane's slots, or a sorted list
     /// (see [`Holders`]); a list is shared like the hashes between versions that differ in
-    /// content only (a split's two halves, a shortened run).
-    pub(crate) members: Holders,
+    /// content only (a split's two halves, a shortened run). Bits change in place (see
+    /// [`RunHolders`]).
+    pub(crate) members: RunHolders,
     /// A long run's hashes: `shared[start..start + len]`, an allocation versions share.
     shared: Option<Arc<[u64]>>,
     start: u32,
@@ -117,7 +121,7 @@ fn sized<const N: usize>(fixed: Fixed, inline: &[u64], cache: &mut VersionCache)
             inline_len: N as u32,
             parent_tail,
             tail_id,
-            members,
+            members: RunHolders::from(members),
             shared,
             start,
             len,
@@ -332,7 +336,7 @@ mod tests {
                 (7, size_of_val(&*run))
             );
             assert_eq!(other.locals().as_ptr() == run.locals().as_ptr(), len > INLINE, "{len}");
-            assert!(other.members.holds(Worker::new(4, 0), None));
+            assert!(other.members.view().holds(Worker::new(4, 0), None));
             // Recycled memory makes the next version of its size; dropped, the other is freed.
             let memory = Run::thin(&run);
             cache.recycle(run);

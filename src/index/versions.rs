@@ -218,7 +218,7 @@ mod tests {
         let again = version(2, &mut cache);
         assert_eq!(Run::thin(&again), last);
         assert_eq!(again.locals(), &[1, 2]);
-        assert!(again.members.holds(Worker::new(99, 0), None));
+        assert!(again.members.view().holds(Worker::new(99, 0), None));
         cache.recycle(long);
         assert_eq!(cache.free[0].len(), 1);
         drop((other, again));

@@ -6,11 +6,11 @@
 //! workers up here only once they drop out.
 //!
 //! Only the lane writes a slot, and only when it hands the slot to a worker: before any version
-//! with that worker's bit is published (so a reader that loads such a version, with acquire,
-//! sees the name), and never while a reader might still hold a version with the slot's
-//! previous bit (a freed slot comes back only through the lane's reclaimer, after every reader
-//! pinned before the worker's last versions were unlinked has unpinned). So a reader reads a
-//! slot without ordering of its own.
+//! with that worker's bit is published or any bit set in place (so a reader that loads such a
+//! version or bits, with acquire, sees the name), and never while a reader might still hold
+//! the slot's previous bit (a freed slot comes back only through the lane's reclaimer, after
+//! every reader pinned before the worker's last bits were cleared or versions unlinked has
+//! unpinned). So a reader reads a slot without ordering of its own.
 
 use crate::event::{DpRank, Worker, WorkerId};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
