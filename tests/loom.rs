@@ -1,6 +1,7 @@
 //! Loom models of kvroute's own synchronization (run with `--cfg loom`, see the README):
-//! the run table's slot protocol (colliding keys too), publication of a new run vs a reader, a split (a second worker joining part of a run) vs a
-//! reader, two lanes changing who holds one prefix while a query merges both, worker removal
+//! the run table's slot protocol (colliding keys too), publication of a new run vs a reader, a
+//! split (a second worker joining part of a run) vs a reader, a worker joining a whole run in
+//! place vs a reader, two lanes changing who holds one prefix while a query merges both, worker removal
 //! racing a reader, the pool's flush barrier, producers waiting for room in a full queue (and
 //! woken early by a lane that asks for them), a lane handing values back for producers to drop,
 //! and one deliberately wrong protocol that loom must catch.
@@ -117,6 +118,23 @@ fn a_split_never_hides_blocks_from_a_reader() {
         let seen = query.join().unwrap();
         assert!(seen == vec![(w(1), 3)] || seen == vec![(w(1), 3), (w(2), 1)], "saw {seen:?}");
         assert_eq!(lane.reader().find_matches(&[1, 2, 3]), vec![(w(1), 3), (w(2), 1)]);
+    });
+}
+
+/// Worker 2 joining all of worker 1's run changes its holder bits in place, in the version a
+/// reader may be walking: the reader sees the run before or after, and a worker 2 it sees
+/// carries its name (the slot is named before the bit is set, with release).
+#[test]
+fn a_holder_joining_a_whole_run_in_place_is_seen_before_or_after() {
+    loom::model(|| {
+        let mut lane = LoomLane::default();
+        let nodes = lane.append(w(1), None, &[1, 2]);
+        let reader = lane.reader();
+        let query = thread::spawn(move || reader.find_matches(&[1, 2, 3]));
+        lane.add_holder(w(2), &nodes);
+        let seen = query.join().unwrap();
+        assert!(seen == vec![(w(1), 2)] || seen == vec![(w(1), 2), (w(2), 2)], "saw {seen:?}");
+        assert_eq!(lane.reader().find_matches(&[1, 2]), vec![(w(1), 2), (w(2), 2)]);
     });
 }
 
