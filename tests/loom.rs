@@ -1,10 +1,10 @@
 //! Loom models of kvroute's own synchronization (run with `--cfg loom`, see the README):
 //! the run table's slot protocol (colliding keys too), publication of a new run vs a reader, a
 //! split (a second worker joining part of a run) vs a reader, a worker joining a whole run in
-//! place vs a reader, two lanes changing who holds one prefix while a query merges both, worker removal
-//! racing a reader, the pool's flush barrier, producers waiting for room in a full queue (and
-//! woken early by a lane that asks for them), a lane handing values back for producers to drop,
-//! and one deliberately wrong protocol that loom must catch.
+//! place vs a reader, two lanes changing who holds one prefix while a query merges both, worker
+//! removal racing a reader, the pool's flush barrier, producers waiting for room in a full queue
+//! (and woken early by a lane that asks for them), a lane handing values back for producers to
+//! drop, and one deliberately wrong protocol that loom must catch.
 #![cfg(loom)]
 
 use kvroute::index::loom_internals::{LoomLane, LoomTable};

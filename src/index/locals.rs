@@ -9,12 +9,12 @@
 //! reused (a few to a dozen blocks between branches), and copying a few hashes into each new
 //! version costs less than the allocation it saves.
 //!
-//! Holder changes, splits and truncations replace a run's whole state (readers must only ever see
-//! states that existed), and copying a long run's content hashes into each new state was most of
-//! what a lane wrote to memory. A window keeps the allocation while it covers more than half of
-//! it and is copied otherwise: an allocation never holds more than twice what its live window
-//! shows, and only one live run uses it (of a split's two halves, at most one covers more than
-//! half).
+//! Splits, truncations and holder changes to or from a list replace a run's whole state (readers
+//! must only ever see states that existed), and copying a long run's content hashes into each
+//! new state was most of what a lane wrote to memory. A window keeps the allocation while it
+//! covers more than half of it and is copied otherwise: an allocation never holds more than
+//! twice what its live window shows, and only one live run uses it (of a split's two halves, at
+//! most one covers more than half).
 
 use std::ops::{Deref, Range};
 
