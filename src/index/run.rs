@@ -6,8 +6,8 @@
 //! in one step from the table's slot. The lane builds a version from a [`RunState`] and
 //! replaces a run's version whole in its slot when its content changes, so a reader always
 //! sees a consistent run. Only a holder change that keeps the holders a set of bits is made in
-//! place, in the current version (see [`RunHolders`]): it changes nothing a reader compares
-//! them with, and saves the lane a version (most holder changes, where documents are shared).
+//! place, in the current version (see [`RunHolders`]): it leaves the content a reader compares
+//! as it was, and saves the lane a version (most holder changes, where documents are shared).
 //!
 //! What identifies a run is where it hangs (the [`Run::tail_id`] of its parent's last
 //! node, [`ROOT_TAIL`] for a root) and its first content hash, both fixed for the run's life.
