@@ -326,6 +326,16 @@ mod tests {
         Worker::new(id, 0)
     }
 
+    /// Slots and sets with workers 0 to 63 in the lane's 64 slots.
+    fn every_slot_taken() -> (WorkerSlots, HolderSets) {
+        let names = WorkerSlots::default();
+        let mut sets = HolderSets::default();
+        for id in 0..64 {
+            sets.solo(w(id), &names);
+        }
+        (names, sets)
+    }
+
     /// The workers `set` names, sorted, and whether it is bits.
     fn decode(set: &Holders, names: &WorkerSlots) -> (Vec<Worker>, bool) {
         match set.view() {
@@ -385,11 +395,7 @@ mod tests {
     /// version.
     #[test]
     fn only_bits_change_in_place() {
-        let names = WorkerSlots::default();
-        let mut sets = HolderSets::default();
-        for id in 0..64 {
-            sets.solo(w(id), &names);
-        }
+        let (names, mut sets) = every_slot_taken();
         let run = RunHolders::from(sets.solo(w(3), &names));
         let pair = sets.adding(run.view(), w(5), &names);
         assert!(run.set_in_place(&pair));
@@ -408,11 +414,7 @@ mod tests {
     /// A forgotten worker's slot is handed out again only after the reclaimer lets it go.
     #[test]
     fn a_slot_comes_back_only_through_the_reclaimer() {
-        let names = WorkerSlots::default();
-        let mut sets = HolderSets::default();
-        for id in 0..64 {
-            sets.solo(w(id), &names);
-        }
+        let (names, mut sets) = every_slot_taken();
         let mut retired = Reclaimer::<()>::default();
         sets.forget(w(7), &mut retired);
         let early = sets.solo(w(100), &names);
