@@ -26,6 +26,20 @@ pub fn time_prepared<S: Subject + ?Sized>(subject: &S, prepared: &[S::Query]) ->
     prepared.iter().map(time).collect()
 }
 
+/// Nanoseconds of one `find_matches` call per query of `sample`, in order, each query prepared
+/// in the subject's native form just before its call, as a router builds a query (hashes a
+/// request's tokens) right before asking the index: the query is then in the core's caches.
+/// The clock covers the call and the drop of its answer, not the preparing.
+pub fn time_just_built<S: Subject + ?Sized>(subject: &S, sample: &[&[LocalBlockHash]]) -> Vec<u64> {
+    let time = |raw: &&[LocalBlockHash]| {
+        let query = subject.prepare(raw);
+        let start = Instant::now();
+        drop(black_box(subject.find_matches(black_box(&query))));
+        start.elapsed().as_nanos() as u64
+    };
+    sample.iter().map(time).collect()
+}
+
 /// The `p`-th percentile (0–100, nearest rank) of `samples`, in nanoseconds; `None` if empty.
 pub fn percentile(samples: &mut [u64], p: f64) -> Option<u64> {
     if samples.is_empty() {

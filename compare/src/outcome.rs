@@ -28,7 +28,7 @@ pub struct Outcome {
     pub rss_growth_untrimmed: u64,
     /// RSS growth over the ingest, measured again after the subject's forced maintenance.
     pub rss_growth_compacted: Option<u64>,
-    /// Queries timed while nothing is ingested.
+    /// Queries timed while nothing is ingested, each built just before its call.
     pub quiet_queries: u64,
     /// `find_matches` median while nothing is ingested.
     pub quiet_p50_ns: u64,
@@ -37,6 +37,11 @@ pub struct Outcome {
     /// The quiescent latencies split by the matched depth of their query
     /// ([`crate::latency::DEPTH_BUCKETS`]).
     pub quiet_by_depth: Vec<BucketLatency>,
+    /// The quiescent median again, in a second pass whose queries were all built before it
+    /// (so each is out of the core's caches when called).
+    pub ahead_p50_ns: u64,
+    /// The 99th percentile of that pass.
+    pub ahead_p99_ns: u64,
     /// Queries timed while another thread ingests (0 for single-threaded subjects).
     pub busy_queries: u64,
     /// `find_matches` median while another thread ingests.
@@ -110,6 +115,8 @@ impl Outcome {
                     Some(BucketLatency { count, p50_ns, p99_ns })
                 })
                 .collect::<Option<Vec<_>>>()?,
+            ahead_p50_ns: num("ahead_p50_ns")?,
+            ahead_p99_ns: num("ahead_p99_ns")?,
             busy_queries: num("busy_queries")?,
             busy_p50_ns: opt("busy_p50_ns")?,
             busy_p99_ns: opt("busy_p99_ns")?,
@@ -138,7 +145,7 @@ impl fmt::Display for Outcome {
             f,
             "{PREFIX} subject={} events={} block_ops={} ingest_ns={} live_entries={} rss_growth={} \
              rss_growth_untrimmed={} rss_growth_compacted={} quiet_queries={} quiet_p50_ns={} quiet_p99_ns={} \
-             quiet_by_depth={} busy_queries={} busy_p50_ns={} busy_p99_ns={} checked={} disagreements={} rejected={}",
+             quiet_by_depth={} ahead_p50_ns={} ahead_p99_ns={} busy_queries={} busy_p50_ns={} busy_p99_ns={} checked={} disagreements={} rejected={}",
             self.subject,
             self.events,
             self.block_ops,
@@ -155,6 +162,8 @@ impl fmt::Display for Outcome {
                 .map(|b| format!("{}:{}:{}", b.count, b.p50_ns, b.p99_ns))
                 .collect::<Vec<_>>()
                 .join(","),
+            self.ahead_p50_ns,
+            self.ahead_p99_ns,
             self.busy_queries,
             Opt(self.busy_p50_ns),
             Opt(self.busy_p99_ns),
@@ -187,6 +196,8 @@ mod tests {
                 BucketLatency { count: 5, p50_ns: 700, p99_ns: 900 },
                 BucketLatency { count: 2, p50_ns: 7_000, p99_ns: 9_000 },
             ],
+            ahead_p50_ns: 1_900,
+            ahead_p99_ns: 7_000,
             busy_queries: 0,
             busy_p50_ns: None,
             busy_p99_ns: Some(9),

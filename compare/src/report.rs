@@ -41,6 +41,12 @@ impl Runs {
     fn quiet_p99(&self) -> Option<f64> {
         self.median(|o| Some(o.quiet_p99_ns as f64 / 1e3))
     }
+    fn ahead_p50(&self) -> Option<f64> {
+        self.median(|o| Some(o.ahead_p50_ns as f64 / 1e3))
+    }
+    fn ahead_p99(&self) -> Option<f64> {
+        self.median(|o| Some(o.ahead_p99_ns as f64 / 1e3))
+    }
     fn busy_p50(&self) -> Option<f64> {
         self.median(|o| o.busy_p50_ns.map(|ns| ns as f64 / 1e3))
     }
@@ -163,10 +169,12 @@ pub fn ratios(all: &[Runs], ours: &str) -> String {
     header.extend(theirs.iter().map(|t| format!("vs {}", t.subject)));
     let mut rows = vec![header];
     type Figure = fn(&Runs) -> Option<f64>;
-    let figures: [(&str, &str, Figure); 8] = [
+    let figures: [(&str, &str, Figure); 10] = [
         ("ingest block-ops/s", "higher", Runs::ingest_ops),
         ("find p50 quiescent", "lower", Runs::quiet_p50),
         ("find p99 quiescent", "lower", Runs::quiet_p99),
+        ("find p50 quiescent, built ahead", "lower", Runs::ahead_p50),
+        ("find p99 quiescent, built ahead", "lower", Runs::ahead_p99),
         ("find p50 while ingesting", "lower", Runs::busy_p50),
         ("find p99 while ingesting", "lower", Runs::busy_p99),
         ("bytes/entry", "lower", Runs::bytes),
@@ -191,15 +199,18 @@ pub fn ratios(all: &[Runs], ours: &str) -> String {
 
 /// Per shape, kvroute / dynamo-crtc for the figures issue #16 sets targets on: the median of the
 /// ratios taken within each run (the two subjects' i-th runs ran back to back) and their range;
-/// bytes per entry and disagreements are kvroute's own (median, worst run).
+/// bytes per entry and disagreements are kvroute's own (median, worst run). The quiescent pass
+/// on queries built ahead (no target; the measure before session 31) is shown beside them.
 pub fn summary(shapes: &[(String, Vec<Runs>)]) -> String {
     type Figure = fn(&Outcome) -> Option<f64>;
-    let figures: [(&str, &str, Figure); 5] = [
+    let figures: [(&str, &str, Figure); 7] = [
         ("ingest ×", ">= 2", |o| Some(o.block_ops_per_sec())),
         ("find p50 ×", "<= 0.5", |o| Some(o.quiet_p50_ns as f64)),
         ("find p99 ×", "<= 0.5", |o| Some(o.quiet_p99_ns as f64)),
         ("busy p50 ×", "<= 0.5", |o| o.busy_p50_ns.map(|ns| ns as f64)),
         ("busy p99 ×", "<= 0.5", |o| o.busy_p99_ns.map(|ns| ns as f64)),
+        ("ahead p50 ×", "record", |o| Some(o.ahead_p50_ns as f64)),
+        ("ahead p99 ×", "record", |o| Some(o.ahead_p99_ns as f64)),
     ];
     let mut header = vec!["shape".to_string()];
     header.extend(figures.iter().map(|(label, target, _)| format!("{label} ({target})")));

@@ -6,7 +6,9 @@
 //! `--prefix N` cuts every query to its first N blocks, to see what the deeper runs add. The
 //! last lines compare the slowest 1% of one more pass with all of it (query length, deepest
 //! match, workers answered) and say how many of them are slow again in the pass after.
-//! `--dup N` replays the shape's trace N times, as the comparison's `--dup` does.
+//! `--dup N` replays the shape's trace N times, as the comparison's `--dup` does. Each query is
+//! built just before its call, as the comparison does; `--ahead` builds them all before a pass
+//! instead (each call then finds its query out of the core's caches), as it did until session 31.
 //!
 //! ```sh
 //! cargo run --release -p kvroute-compare --bin find -- --shape documents --passes 9
@@ -18,15 +20,19 @@ use std::time::Duration;
 use kvroute::LocalBlockHash;
 use kvroute::sim::shapes::Shape;
 use kvroute_compare::kvroute_pool::KvroutePool;
-use kvroute_compare::latency::{percentile, time_prepared};
+use kvroute_compare::latency::{percentile, time_just_built, time_prepared};
 use kvroute_compare::subject::Subject;
 use kvroute_compare::workload::{self, EngineHashes};
 
 fn main() -> ExitCode {
     let (mut shape, mut passes, mut count, mut pause) = (Shape::Documents, 5usize, 20_000, 0u64);
-    let (mut prefix, mut dup) = (usize::MAX, 1u32);
+    let (mut prefix, mut dup, mut ahead) = (usize::MAX, 1u32, false);
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
+        if flag == "--ahead" {
+            ahead = true;
+            continue;
+        }
         let value = args.next().unwrap_or_default();
         let parsed = match flag.as_str() {
             "--shape" => Shape::parse(&value).map(|s| shape = s).ok_or(()),
@@ -39,7 +45,7 @@ fn main() -> ExitCode {
         };
         if parsed.is_err() {
             eprintln!(
-                "usage: find [--shape conversation|documents|shared-fleet] [--passes P] [--queries Q] [--pause S] [--prefix N] [--dup N]"
+                "usage: find [--shape conversation|documents|shared-fleet] [--passes P] [--queries Q] [--pause S] [--prefix N] [--dup N] [--ahead]"
             );
             return ExitCode::from(2);
         }
@@ -62,28 +68,35 @@ fn main() -> ExitCode {
         })
         .collect();
     let prepared: Vec<_> = sample.iter().map(|q| subject.prepare(q)).collect();
+    let time = || {
+        if ahead { time_prepared(&subject, &prepared) } else { time_just_built(&subject, &sample) }
+    };
     std::thread::sleep(Duration::from_secs(pause));
     let (mut p50s, mut p99s) = (Vec::new(), Vec::new());
     for pass in 1..=passes {
-        let mut ns = time_prepared(&subject, &prepared);
+        let mut ns = time();
         let (p50, p99) =
             (percentile(&mut ns, 50.0).unwrap_or(0), percentile(&mut ns, 99.0).unwrap_or(0));
         println!("pass {pass}: p50 {p50} ns  p99 {p99} ns");
         p50s.push(p50);
         p99s.push(p99);
     }
-    describe_tail(&subject, &prepared, &sample);
+    describe_tail(&subject, &sample, time);
     let (p50, p99) =
         (percentile(&mut p50s, 50.0).unwrap_or(0), percentile(&mut p99s, 50.0).unwrap_or(0));
     println!("{}: median of {passes} passes: p50 {p50} ns  p99 {p99} ns", shape.name());
     ExitCode::SUCCESS
 }
 
-/// What the slowest 1% of one more pass's queries look like next to all of them: query length,
-/// deepest match and workers answered, on average; then, from a second pass, whether the same
-/// queries are slow again (a tail of chance would share about 1% of them).
-fn describe_tail<S: Subject>(subject: &S, prepared: &[S::Query], sample: &[&[LocalBlockHash]]) {
-    let ns = time_prepared(subject, prepared);
+/// What the slowest 1% of one more pass's queries (timed by `time`) look like next to all of
+/// them: query length, deepest match and workers answered, on average; then, from a second pass,
+/// whether the same queries are slow again (a tail of chance would share about 1% of them).
+fn describe_tail<S: Subject>(
+    subject: &S,
+    sample: &[&[LocalBlockHash]],
+    time: impl Fn() -> Vec<u64>,
+) {
+    let ns = time();
     let slowest = |ns: &[u64]| {
         let mut order: Vec<usize> = (0..ns.len()).collect();
         order.sort_unstable_by_key(|&i| std::cmp::Reverse(ns[i]));
@@ -105,7 +118,7 @@ fn describe_tail<S: Subject>(subject: &S, prepared: &[S::Query], sample: &[&[Loc
     let tail = slowest(&ns);
     println!("all:         {}", shape(&mut (0..ns.len())));
     println!("slowest 1%:  {}", shape(&mut tail.iter().copied()));
-    let again = time_prepared(subject, prepared);
+    let again = time();
     let tail_again = slowest(&again);
     let both = tail.iter().filter(|i| tail_again.contains(i)).count();
     let mut their_times: Vec<u64> = tail.iter().map(|&i| again[i]).collect();

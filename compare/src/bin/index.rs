@@ -10,8 +10,12 @@
 //! 1. **ingest**: applies every event and flushes; ingest rate = stream / that time. RSS (after
 //!    `malloc_trim`) before and after, over live (worker, block) entries = bytes per entry.
 //! 2. **quiescent queries**: times `find_matches` one call at a time over an evenly spaced
-//!    sample of the replay's requests (after a warm-up pass); also split by how deep each query
-//!    matched (its deepest worker's score, from the subject's own untimed answer).
+//!    sample of the replay's requests (after a warm-up pass), each query built (in the
+//!    subject's own form) just before its call, as a router hashes a request right before it
+//!    asks; also split by how deep each query matched (its deepest worker's score, from the
+//!    subject's own untimed answer). Then the same sample again with every query built before
+//!    the pass ("built ahead": each call then finds its query out of the core's caches), the
+//!    measure until session 31, kept for the record.
 //! 3. **forced maintenance**: runs the subject's deferred cleanup (Dynamo CRTC's stale-child
 //!    sweep) and measures bytes per entry again ("swept").
 //! 4. **cross-check**: compares sorted scores with `kvroute::index::ReferenceIndex` on other
@@ -242,6 +246,10 @@ fn main() -> ExitCode {
     if shapes.len() > 1 || args.shapes.len() > 1 {
         println!(
             "summary: kvroute / dynamo-crtc per shape (issue #16 targets); median of per-run ratios [range]"
+        );
+        println!(
+            "find = quiescent, each query built just before its call; ahead = the same queries \
+             all built before the pass (the measure before session 31, no target)"
         );
         print!("{}", report::summary(&shapes));
     }

@@ -1,7 +1,7 @@
 //! Quiescent `find_matches` of kvroute and Dynamo's CRTC taking turns in one process: a
 //! yardstick for changes to the walk, steadier than separate processes.
 //!
-//! `cargo run --release -p kvroute-compare --bin paired -- [--shapes a,b] [--rounds R] [--queries Q] [--fresh]`
+//! `cargo run --release -p kvroute-compare --bin paired -- [--shapes a,b] [--rounds R] [--queries Q] [--fresh] [--ahead]`
 //!
 //! Each round times one pass of the comparison's query sample on each subject, after the same
 //! 2,000-query warm-up `index` gives it, the order swapped every round. A round's ratio compares
@@ -17,6 +17,9 @@
 //! - `--fresh` runs `index`'s own procedure in turns: each turn builds its subject afresh,
 //!   times its ingest (memory handed back to the kernel before and after, as `index` does),
 //!   then the warm-up and the pass, and drops it. It also prints the ingest ratio.
+//!
+//! As in `index`, each query is built in the subject's form just before its call; `--ahead`
+//! builds them all before the pass instead, `index`'s procedure until session 31.
 
 use std::process::ExitCode;
 
@@ -24,7 +27,7 @@ use kvroute::LocalBlockHash;
 use kvroute::sim::shapes::Shape;
 use kvroute_compare::dynamo_crtc::DynamoCrtc;
 use kvroute_compare::kvroute_pool::KvroutePool;
-use kvroute_compare::latency::{percentile, time_prepared};
+use kvroute_compare::latency::{percentile, time_just_built, time_prepared};
 use kvroute_compare::measure;
 use kvroute_compare::memory::trim;
 use kvroute_compare::subject::{Scores, Subject};
@@ -50,10 +53,23 @@ impl Turn {
     }
 }
 
-/// One warm-up and one timed pass of `prepared` on `subject`.
-fn pass<S: Subject>(subject: &S, prepared: &[S::Query], ingest_ns: Option<u64>) -> Turn {
-    drop(time_prepared(subject, &prepared[..prepared.len().min(measure::WARMUP_QUERIES)]));
-    let mut ns = time_prepared(subject, prepared);
+/// One warm-up and one timed pass of `sample` on `subject`, each query built just before its
+/// call (or, with `--ahead`, all before the pass).
+fn pass<S: Subject>(
+    subject: &S,
+    sample: &[&[LocalBlockHash]],
+    plan: Plan,
+    ingest_ns: Option<u64>,
+) -> Turn {
+    let warmup = &sample[..sample.len().min(measure::WARMUP_QUERIES)];
+    let mut ns = if plan.ahead {
+        let prepared: Vec<_> = sample.iter().map(|q| subject.prepare(q)).collect();
+        drop(time_prepared(subject, &prepared[..warmup.len()]));
+        time_prepared(subject, &prepared)
+    } else {
+        drop(time_just_built(subject, warmup));
+        time_just_built(subject, sample)
+    };
     let (p50_ns, p99_ns) = (percentile(&mut ns, 50.0), percentile(&mut ns, 99.0));
     Turn { ingest_ns, p50_ns: p50_ns.unwrap_or(0), p99_ns: p99_ns.unwrap_or(0) }
 }
@@ -66,12 +82,12 @@ fn fresh<S: Subject>(
     workload: &Workload,
     sample: &[&[LocalBlockHash]],
     checked: usize,
+    plan: Plan,
 ) -> (Turn, Vec<Scores>) {
     trim();
     let ingest_ns = measure::ingest(&subject, &workload.events);
     trim();
-    let prepared: Vec<_> = sample.iter().map(|q| subject.prepare(q)).collect();
-    let turn = pass(&subject, &prepared, Some(ingest_ns));
+    let turn = pass(&subject, sample, plan, Some(ingest_ns));
     (turn, sample.iter().take(checked).map(|q| subject.scores(q)).collect())
 }
 
@@ -94,8 +110,8 @@ fn shape_rounds(shape: Shape, plan: Plan) -> Result<(), String> {
             let checked = if round == 1 { CHECKED } else { 0 };
             let (their, our) = in_turn(
                 round,
-                || fresh(DynamoCrtc::new(LANES), &workload, &sample, checked),
-                || fresh(KvroutePool::new(LANES), &workload, &sample, checked),
+                || fresh(DynamoCrtc::new(LANES), &workload, &sample, checked, plan),
+                || fresh(KvroutePool::new(LANES), &workload, &sample, checked, plan),
             );
             agree(shape, &their.1, &our.1)?;
             rounds.push(report(round, their.0, our.0));
@@ -107,11 +123,12 @@ fn shape_rounds(shape: Shape, plan: Plan) -> Result<(), String> {
         measure::ingest(&ours, &workload.events);
         let theirs: Vec<Scores> = sample.iter().map(|q| dynamo.scores(q)).collect();
         agree(shape, &theirs, &sample.iter().map(|q| ours.scores(q)).collect::<Vec<_>>())?;
-        let theirs: Vec<_> = sample.iter().map(|q| dynamo.prepare(q)).collect();
-        let mine: Vec<_> = sample.iter().map(|q| ours.prepare(q)).collect();
         for round in 1..=plan.rounds {
-            let (their, our) =
-                in_turn(round, || pass(&dynamo, &theirs, None), || pass(&ours, &mine, None));
+            let (their, our) = in_turn(
+                round,
+                || pass(&dynamo, &sample, plan, None),
+                || pass(&ours, &sample, plan, None),
+            );
             rounds.push(report(round, their, our));
         }
     }
@@ -173,10 +190,11 @@ fn summarize(shape: Shape, plan: Plan, rounds: &[(Turn, Turn)]) {
         String::new()
     };
     println!(
-        "{shape}: kvroute / dynamo-crtc over {} {} rounds, median [range]: p50 {}  p99 {}{ingest}  \
+        "{shape}: kvroute / dynamo-crtc over {} {} rounds{}, median [range]: p50 {}  p99 {}{ingest}  \
          (dynamo-crtc p50 {} p99 {} ns; kvroute p50 {} p99 {} ns)",
         rounds.len(),
         if plan.fresh { "fresh" } else { "resident" },
+        if plan.ahead { " (queries built ahead)" } else { "" },
         median_range(ratio50, 3),
         median_range(ratio99, 3),
         median_range(figure(&|(t, _)| t.p50_ns as f64), 0),
@@ -193,15 +211,19 @@ struct Plan {
     queries: usize,
     /// `index`'s procedure (a fresh subject per turn) rather than resident subjects.
     fresh: bool,
+    /// Queries all built before each pass (out of the core's caches when called), as `index`
+    /// timed them until session 31.
+    ahead: bool,
 }
 
 fn main() -> ExitCode {
     let mut shapes = Shape::ALL.to_vec();
-    let mut plan = Plan { rounds: 8, queries: 20_000, fresh: false };
+    let mut plan = Plan { rounds: 8, queries: 20_000, fresh: false, ahead: false };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
-        if flag == "--fresh" {
-            plan.fresh = true;
+        if flag == "--fresh" || flag == "--ahead" {
+            plan.fresh |= flag == "--fresh";
+            plan.ahead |= flag == "--ahead";
             continue;
         }
         let value = args.next().unwrap_or_default();
@@ -215,7 +237,7 @@ fn main() -> ExitCode {
         };
         if parsed.is_none() {
             eprintln!(
-                "usage: paired [--shapes conversation,documents,shared-fleet] [--rounds R] [--queries Q] [--fresh]"
+                "usage: paired [--shapes conversation,documents,shared-fleet] [--rounds R] [--queries Q] [--fresh] [--ahead]"
             );
             return ExitCode::from(2);
         }
