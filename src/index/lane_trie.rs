@@ -16,16 +16,14 @@
 //! run's last carries a tail id drawn from a counter that never repeats, and a child run
 //! records its parent's.
 
-use std::collections::HashMap;
-
-use crate::event::{LocalBlockHash, SequenceHash, Worker};
-use crate::hash::next_sequence_hash;
+use crate::event::{LocalBlockHash, Worker};
 use crate::index::chunked::ChunkedVec;
 use crate::index::holder_sets::{HolderSets, Holders};
 use crate::index::locals::Locals;
 use crate::index::node_ids::NodeIds;
 use crate::index::run::{ROOT_TAIL, Run, RunId, RunState};
 use crate::index::run_table::{RunReclaimer, RunTableWriter};
+use crate::index::seq_hashes::SeqHashes;
 use crate::index::versions::{Version, VersionCache, VersionPtr};
 use crate::sync::Ordering;
 use crate::sync::epoch::Guard;
@@ -246,7 +244,7 @@ impl LaneTrie {
     }
 
     /// The current version of `run`; `guard` keeps it alive after a later change retires it.
-    fn state<'g>(&self, run: RunId, _guard: &'g Guard) -> &'g Run {
+    pub(super) fn state<'g>(&self, run: RunId, _guard: &'g Guard) -> &'g Run {
         // SAFETY: the record points at the version its table slot owns (see `RunMeta::run`).
         // Once unlinked, a version goes to `retired`, which hands it back only after every
         // guard pinned before the unlinking is gone, `_guard` included.
@@ -266,7 +264,13 @@ impl LaneTrie {
     /// Our sequence hashes of nodes, for snapshots (nothing on the event or query path needs
     /// them: runs are keyed by where they hang, see [`crate::index::run`]).
     pub(crate) fn seq_hashes<'a>(&'a self, guard: &'a Guard) -> SeqHashes<'a> {
-        SeqHashes { trie: self, guard, runs: HashMap::new() }
+        SeqHashes::new(self, guard)
+    }
+
+    /// The run `node` is in and its offset there.
+    pub(super) fn position(&self, node: NodeId) -> (RunId, usize) {
+        let pos = self.nodes[node as usize];
+        (pos.run, pos.offset as usize)
     }
 
     /// The name (engine hash) `node`'s first holder gave it.
@@ -292,7 +296,7 @@ impl LaneTrie {
     }
 
     /// The run `run` hangs below, `None` for a root run.
-    fn parent_run(&self, run: RunId) -> Option<RunId> {
+    pub(super) fn parent_run(&self, run: RunId) -> Option<RunId> {
         let parent = self.meta(run).parent;
         (parent != ROOT).then(|| self.nodes[parent as usize].run)
     }
@@ -773,48 +777,6 @@ impl LaneTrie {
             + self.nodes.bytes()
             + self.table.table().bytes(guard)
             + self.versions.bytes()
-    }
-}
-
-/// Our sequence hashes of a trie's nodes ([`LaneTrie::seq_hashes`]), computed from the roots
-/// down a run at a time and kept per run, so a snapshot hashes each block once.
-pub(crate) struct SeqHashes<'a> {
-    trie: &'a LaneTrie,
-    guard: &'a Guard,
-    runs: HashMap<RunId, Vec<u64>>,
-}
-
-impl SeqHashes<'_> {
-    /// Our sequence hash of `node`.
-    pub(crate) fn seq(&mut self, node: NodeId) -> SequenceHash {
-        let pos = self.trie.nodes[node as usize];
-        self.hash_run(pos.run);
-        SequenceHash(self.runs[&pos.run][pos.offset as usize])
-    }
-
-    /// Hashes `run` and the ancestors not hashed yet, from the highest down.
-    fn hash_run(&mut self, run: RunId) {
-        let trie = self.trie;
-        let mut pending = Vec::new();
-        let mut up = Some(run);
-        while let Some(at) = up
-            && !self.runs.contains_key(&at)
-        {
-            pending.push(at);
-            up = trie.parent_run(at);
-        }
-        for run in pending.into_iter().rev() {
-            let mut seq = trie
-                .parent_run(run)
-                .map(|parent| SequenceHash(*self.runs[&parent].last().expect("non-empty")));
-            let seqs = trie.state(run, self.guard).locals().iter().map(|&local| {
-                let next = next_sequence_hash(seq, LocalBlockHash(local));
-                seq = Some(next);
-                next.0
-            });
-            let seqs = seqs.collect();
-            self.runs.insert(run, seqs);
-        }
     }
 }
 

@@ -27,6 +27,7 @@ mod restarts;
 mod routes;
 mod run;
 mod run_table;
+mod seq_hashes;
 mod spent;
 mod tag_map;
 mod tiered;
