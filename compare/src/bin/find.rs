@@ -67,7 +67,9 @@ fn main() -> ExitCode {
             &query[..query.len().min(prefix)]
         })
         .collect();
-    let prepared: Vec<_> = sample.iter().map(|q| subject.prepare(q)).collect();
+    // Built once, for `--ahead` only.
+    let prepared: Vec<_> =
+        if ahead { sample.iter().map(|q| subject.prepare(q)).collect() } else { Vec::new() };
     let time = || {
         if ahead { time_prepared(&subject, &prepared) } else { time_just_built(&subject, &sample) }
     };
