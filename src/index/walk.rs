@@ -37,8 +37,9 @@ const HASH_LINES: usize = 8;
 /// How many lines of a query [`prefetch_query`] asks for (128 blocks).
 const QUERY_LINES: usize = 16;
 
-/// Starts loading the first lines of `query`. A caller's query is often cold (just built, or
-/// one of many kept), and its walk reads it in steps it cannot foresee: its first block for
+/// Starts loading the first lines of `query`. A router's query is usually just built and in
+/// the core's caches, where this costs a few instructions; but one of many kept, or built on
+/// another core, is cold, and its walk reads it in steps it cannot foresee: its first block for
 /// the root's key, the block after each run for the next key, and whole runs' worth to
 /// compare. Asked for at once, its misses overlap each other and the pin and the answer's
 /// allocation, instead of each one stalling a lane's walk in turn.
