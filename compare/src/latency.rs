@@ -18,12 +18,7 @@ pub fn time_queries<S: Subject + ?Sized>(subject: &S, sample: &[&[LocalBlockHash
 /// Nanoseconds of one `find_matches` call per query already in the subject's native form; the
 /// clock covers the call and the drop of its answer.
 pub fn time_prepared<S: Subject + ?Sized>(subject: &S, prepared: &[S::Query]) -> Vec<u64> {
-    let time = |query| {
-        let start = Instant::now();
-        drop(black_box(subject.find_matches(black_box(query))));
-        start.elapsed().as_nanos() as u64
-    };
-    prepared.iter().map(time).collect()
+    prepared.iter().map(|query| time_call(subject, query)).collect()
 }
 
 /// Nanoseconds of one `find_matches` call per query of `sample`, in order, each query prepared
@@ -31,13 +26,15 @@ pub fn time_prepared<S: Subject + ?Sized>(subject: &S, prepared: &[S::Query]) ->
 /// request's tokens) right before asking the index: the query is then in the core's caches.
 /// The clock covers the call and the drop of its answer, not the preparing.
 pub fn time_just_built<S: Subject + ?Sized>(subject: &S, sample: &[&[LocalBlockHash]]) -> Vec<u64> {
-    let time = |raw: &&[LocalBlockHash]| {
-        let query = subject.prepare(raw);
-        let start = Instant::now();
-        drop(black_box(subject.find_matches(black_box(&query))));
-        start.elapsed().as_nanos() as u64
-    };
-    sample.iter().map(time).collect()
+    sample.iter().map(|raw| time_call(subject, &subject.prepare(raw))).collect()
+}
+
+/// Nanoseconds of one `find_matches` call on `query`, the drop of its answer included.
+#[inline]
+pub fn time_call<S: Subject + ?Sized>(subject: &S, query: &S::Query) -> u64 {
+    let start = Instant::now();
+    drop(black_box(subject.find_matches(black_box(query))));
+    start.elapsed().as_nanos() as u64
 }
 
 /// The `p`-th percentile (0–100, nearest rank) of `samples`, in nanoseconds; `None` if empty.

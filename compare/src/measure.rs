@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use kvroute::{LocalBlockHash, RouterEvent};
 
-use crate::latency::{by_depth, percentile, time_just_built, time_queries};
+use crate::latency::{by_depth, percentile, time_call, time_just_built, time_queries};
 use crate::memory::{rss_bytes, trim};
 use crate::outcome::Outcome;
 use crate::reference::KvrouteReference;
@@ -179,9 +179,7 @@ pub fn while_ingesting<S: Subject + Sync>(
         while !done.load(Ordering::Acquire) && samples.len() < BUSY_SAMPLES_MAX {
             let query = subject.prepare(queries[next]);
             next = (next + 1) % queries.len();
-            let start = Instant::now();
-            drop(std::hint::black_box(subject.find_matches(std::hint::black_box(&query))));
-            samples.push(start.elapsed().as_nanos() as u64);
+            samples.push(time_call(subject, &query));
         }
     });
     Some(samples)
