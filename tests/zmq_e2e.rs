@@ -5,7 +5,7 @@
 //! port nobody listens on and must not hold the first one up. Bounded: every wait has a
 //! deadline, and the publisher exits on its own after 60 s.
 //!
-//! Needs python3 with pyzmq and msgspec (`.ci/run` installs them).
+//! Needs python3 with pyzmq and msgspec (`scripts/test` installs them).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -20,6 +20,9 @@ use kvroute::recovery::EventSink;
 use kvroute::wire::VllmDecoder;
 use kvroute::wire::zmq::{SubscriberConfig, ZmqEndpoint, ZmqSubscriber};
 use kvroute::{RouterEvent, StorageTier, WorkerId};
+
+#[path = "support/python.rs"]
+mod python;
 
 const WORKER: WorkerId = WorkerId(5);
 const BATCHES: u64 = 40;
@@ -95,6 +98,7 @@ fn dead_port() -> u16 {
 
 #[test]
 fn a_dropped_batch_heals_through_the_replay_socket() {
+    python::require_zmq_publisher();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/zmq_publisher.py");
     let record_path =
         std::env::temp_dir().join(format!("kvroute-zmq-e2e-{}.jsonl", std::process::id()));
@@ -107,7 +111,7 @@ fn a_dropped_batch_heals_through_the_replay_socket() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| {
-            panic!("python3 is needed for this test (with pyzmq and msgspec; .ci/run installs them): {e}")
+            panic!("python3 is needed for this test (with pyzmq and msgspec; scripts/test installs them): {e}")
         });
     let mut publisher = Publisher(child);
     let stdout = publisher.0.stdout.take().unwrap();
@@ -120,7 +124,7 @@ fn a_dropped_batch_heals_through_the_replay_socket() {
         }
     });
     let ready = lines.recv_timeout(DEADLINE).expect(
-        "the publisher did not start: is python3 with pyzmq and msgspec installed? (.ci/run installs them)",
+        "the publisher did not start: is python3 with pyzmq and msgspec installed? (scripts/test installs them)",
     );
     let words: Vec<&str> = ready.split_whitespace().collect();
     assert_eq!(words.first(), Some(&"READY"), "publisher said {ready:?}");

@@ -12,6 +12,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::Duration;
 
+#[path = "../../tests/support/python.rs"]
+mod python;
+
 const DEADLINE: Duration = Duration::from_secs(30);
 
 /// Kills the process when the test ends, however it ends.
@@ -45,6 +48,7 @@ fn totals(view: &str) -> Vec<u64> {
 
 #[test]
 fn listen_shows_a_publishers_events_and_the_healed_gap_and_serves_metrics() {
+    python::require_zmq_publisher();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/zmq_publisher.py");
     let record =
         std::env::temp_dir().join(format!("kvroute-cli-listen-{}.jsonl", std::process::id()));
@@ -56,7 +60,7 @@ fn listen_shows_a_publishers_events_and_the_healed_gap_and_serves_metrics() {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
-        .expect("python3 with pyzmq and msgspec (.ci/run installs them)");
+        .expect("python3 with pyzmq and msgspec (scripts/test installs them)");
     let mut publisher = Killed(publisher);
     let said = lines(publisher.0.stdout.take().unwrap());
     let ready = said.recv_timeout(DEADLINE).expect("the publisher starts");

@@ -28,7 +28,7 @@ fn binary() -> PathBuf {
         }
     }
     panic!(
-        "nats-server not found: install Debian's `nats-server` (.ci/run does) or set NATS_SERVER"
+        "nats-server not found: run scripts/test (installs it), `apt-get install nats-server`, or set NATS_SERVER=/path/to/nats-server"
     );
 }
 
