@@ -38,9 +38,11 @@ pub struct PoolConfig {
     /// (worker, dp_rank) pairs the index holds at once. Default: 4,096.
     pub max_workers: usize,
     /// Blocks one event may carry (a `Stored` or `Removed` event's list). Default: 16,384
-    /// (262,144 tokens at 16 tokens a block). Larger events are rejected before they are
-    /// queued ([`SubmitError::TooManyBlocks`], [`ApplyError::TooManyBlocks`]), so a lane's
-    /// queued events hold at most `2 × queue_capacity × max_event_blocks` block hashes.
+    /// (262,144 tokens at 16 tokens a block). Larger events are refused before they are
+    /// queued ([`SubmitError::TooManyBlocks`], [`EnqueueError::TooManyBlocks`]; a lane that
+    /// is handed one anyway rejects it with [`ApplyError::TooManyBlocks`]), so a lane's queued
+    /// events hold at most `2 × queue_capacity × max_event_blocks` block hashes.
+    /// [`RouterEvent::split`] cuts a longer event into events within the bound.
     ///
     /// [`ApplyError::TooManyBlocks`]: crate::ApplyError::TooManyBlocks
     pub max_event_blocks: usize,
