@@ -195,6 +195,59 @@ impl RouterEvent {
             KvEventData::Cleared => 1,
         }
     }
+
+    /// The event cut into events of at most `max_blocks` blocks each (at least one), with its
+    /// id, worker and tier: what an index that bounds its events' size takes in its place.
+    /// Applied in order, the pieces change an index as the whole event would, except that
+    /// each piece is all-or-nothing on its own: a `Stored` chain's later pieces continue the
+    /// previous piece's last block; a `Removed` list keeps its order. An event within the
+    /// bound comes back whole, without a copy.
+    pub fn split(self, max_blocks: usize) -> impl Iterator<Item = RouterEvent> {
+        EventPieces { event: Some(self), max: max_blocks.max(1), at: 0 }
+    }
+}
+
+/// The pieces of [`RouterEvent::split`], made one at a time.
+struct EventPieces {
+    /// What is left to cut (`None` once done).
+    event: Option<RouterEvent>,
+    max: usize,
+    /// The first block of the next piece.
+    at: usize,
+}
+
+impl Iterator for EventPieces {
+    type Item = RouterEvent;
+
+    fn next(&mut self) -> Option<RouterEvent> {
+        let whole = self.event.as_ref()?;
+        if self.at == 0 && whole.block_ops() <= self.max {
+            return self.event.take();
+        }
+        let (at, len) = (self.at, whole.block_ops());
+        let end = len.min(at + self.max);
+        let data = match &whole.event.data {
+            KvEventData::Stored { parent, blocks } => KvEventData::Stored {
+                parent: if at == 0 { *parent } else { Some(blocks[at - 1].hash) },
+                blocks: blocks[at..end].to_vec(),
+            },
+            KvEventData::Removed { blocks } => {
+                KvEventData::Removed { blocks: blocks[at..end].to_vec() }
+            }
+            // One block operation: never over the bound.
+            KvEventData::Cleared => return self.event.take(),
+        };
+        let piece = RouterEvent {
+            worker_id: whole.worker_id,
+            tier: whole.tier,
+            event: KvEvent { event_id: whole.event.event_id, dp_rank: whole.event.dp_rank, data },
+        };
+        self.at = end;
+        if end == len {
+            self.event = None;
+        }
+        Some(piece)
+    }
 }
 
 /// Why an index rejected (all or part of) an event. The index stays consistent either way.

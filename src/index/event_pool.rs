@@ -38,9 +38,11 @@ pub struct PoolConfig {
     /// (worker, dp_rank) pairs the index holds at once. Default: 4,096.
     pub max_workers: usize,
     /// Blocks one event may carry (a `Stored` or `Removed` event's list). Default: 16,384
-    /// (262,144 tokens at 16 tokens a block). Larger events are rejected before they are
-    /// queued ([`SubmitError::TooManyBlocks`], [`ApplyError::TooManyBlocks`]), so a lane's
-    /// queued events hold at most `2 × queue_capacity × max_event_blocks` block hashes.
+    /// (262,144 tokens at 16 tokens a block). Larger events are refused before they are
+    /// queued ([`SubmitError::TooManyBlocks`], [`EnqueueError::TooManyBlocks`]; a lane that
+    /// is handed one anyway rejects it with [`ApplyError::TooManyBlocks`]), so a lane's queued
+    /// events hold at most `2 × queue_capacity × max_event_blocks` block hashes.
+    /// [`RouterEvent::split`] cuts a longer event into events within the bound.
     ///
     /// [`ApplyError::TooManyBlocks`]: crate::ApplyError::TooManyBlocks
     pub max_event_blocks: usize,
@@ -105,6 +107,38 @@ impl fmt::Display for SubmitError {
 }
 
 impl std::error::Error for SubmitError {}
+
+/// Why [`EventPool::apply_blocking`] (or [`TieredIndex::apply_blocking`](super::TieredIndex::apply_blocking),
+/// [`KvRouter::apply_event`](crate::KvRouter::apply_event)) did not take an event.
+#[derive(Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EnqueueError {
+    /// The worker's lane has stopped (it panicked and could not start over).
+    LaneDown,
+    /// The event carries more blocks than [`PoolConfig::max_event_blocks`]; it comes back
+    /// unqueued (and is counted in [`PoolStats::errors`]). [`RouterEvent::split`] cuts it into
+    /// events the index takes.
+    TooManyBlocks(RouterEvent),
+}
+
+impl fmt::Display for EnqueueError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::LaneDown => f.write_str("the index lanes have stopped"),
+            Self::TooManyBlocks(event) => {
+                write!(f, "an event of {} blocks is more than the index takes", event.block_ops())
+            }
+        }
+    }
+}
+
+impl std::error::Error for EnqueueError {}
+
+impl From<LaneDown> for EnqueueError {
+    fn from(_: LaneDown) -> Self {
+        Self::LaneDown
+    }
+}
 
 /// What an [`EventPool`] has done and holds.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -264,16 +298,32 @@ impl EventPool {
     /// Enqueues `event`. If its lane's queue is full, waits until the lane takes its next batch
     /// (or has worked the queue down to half), so a producer that outruns the lanes wakes once
     /// per batch rather than once per event (each wakeup would cost the lane a system call and
-    /// the cores a context switch). An event over [`PoolConfig::max_event_blocks`] is not
-    /// queued; like other invalid events, it is counted in [`PoolStats::errors`].
-    pub fn apply_blocking(&self, event: RouterEvent) -> Result<(), LaneDown> {
+    /// the cores a context switch). An event over [`PoolConfig::max_event_blocks`] is refused
+    /// at once ([`EnqueueError::TooManyBlocks`]) and counted in [`PoolStats::errors`].
+    pub fn apply_blocking(&self, event: RouterEvent) -> Result<(), EnqueueError> {
         self.free_some_spent();
         if self.oversized(&event) {
-            return Ok(());
+            return Err(EnqueueError::TooManyBlocks(event));
         }
-        self.routes.with_lane(event.worker(), |lane| {
+        let sent = self.routes.with_lane(event.worker(), |lane| {
             self.lanes.send_with(lane, event, || self.free_spent())
-        })
+        });
+        Ok(sent?)
+    }
+
+    /// [`Self::apply_blocking`] of `event` cut into pieces this pool takes
+    /// ([`RouterEvent::split`]): for producers whose events may be longer than one event may
+    /// be (approximate mode, snapshot restores, recovered streams).
+    pub fn apply_split(&self, event: RouterEvent) -> Result<(), LaneDown> {
+        for piece in event.split(self.max_event_blocks) {
+            self.apply_blocking(piece).map_err(|_| LaneDown)?;
+        }
+        Ok(())
+    }
+
+    /// Blocks one event may carry here ([`PoolConfig::max_event_blocks`]).
+    pub fn max_event_blocks(&self) -> usize {
+        self.max_event_blocks
     }
 
     /// Returns once every event enqueued before the call is visible to queries.
@@ -378,7 +428,9 @@ impl EventPool {
     /// enqueued before the call (each lane dumps its workers at one point of its queue).
     pub fn dump_events(&self) -> Result<Vec<RouterEvent>, LaneDown> {
         let parts = self.lanes.run_on_all(|lane| lane.dump_events())?;
-        Ok(parts.into_iter().flatten().collect())
+        // A chain of runs can be longer than one event may be: dumped in pieces this pool takes.
+        let max = self.max_event_blocks;
+        Ok(parts.into_iter().flatten().flat_map(|event| event.split(max)).collect())
     }
 
     /// Counters and sizes. Entries, nodes, runs and bytes are as of each lane's last idle
@@ -642,7 +694,7 @@ mod tests {
         let worker = Worker::new(1, 0);
         let big = store(worker, 0, 5);
         assert_eq!(pool.apply(big.clone()), Err(SubmitError::TooManyBlocks(big.clone())));
-        assert_eq!(pool.apply_blocking(big), Ok(()));
+        assert_eq!(pool.apply_blocking(big.clone()), Err(EnqueueError::TooManyBlocks(big)));
         pool.apply(store(worker, 1, 4)).unwrap();
         let removal = (1..=5).map(|i| SequenceHash(100 + i)).collect();
         let removal = RouterEvent::removed(worker, 2, removal);

@@ -40,7 +40,7 @@ use std::collections::BTreeMap;
 
 pub use crate::pool::LaneMode;
 pub use crate::scores::OverlapScores;
-pub use event_pool::{EventPool, PoolConfig, PoolStats, SubmitError};
+pub use event_pool::{EnqueueError, EventPool, PoolConfig, PoolStats, SubmitError};
 pub use pool_config::{
     MAX_EVENT_BLOCKS, MAX_LANE_BLOCKS, MAX_LANE_HEAP_RESERVE, MAX_LANES, MAX_QUEUE_CAPACITY,
     PoolConfigError,

@@ -17,7 +17,7 @@
 //! events), with its own lanes, so device ingestion never queues behind an offload storm.
 
 use crate::event::{LocalBlockHash, RouterEvent, StorageTier, Worker, WorkerId};
-use crate::index::{EventPool, PoolConfig, PoolConfigError, PoolStats, SubmitError};
+use crate::index::{EnqueueError, EventPool, PoolConfig, PoolConfigError, PoolStats, SubmitError};
 use crate::pool::LaneDown;
 use crate::scores::{OverlapScores, TieredScores};
 use crate::sync::OnceLock;
@@ -98,9 +98,31 @@ impl TieredIndex {
     }
 
     /// Enqueues `event` on its tier's pool, waiting for room (see [`EventPool::apply_blocking`]).
-    /// A lower tier whose lanes could not start reports [`LaneDown`].
-    pub fn apply_blocking(&self, event: RouterEvent) -> Result<(), LaneDown> {
+    /// An event over its tier's [`PoolConfig::max_event_blocks`] is refused at once; a lower
+    /// tier whose lanes could not start reports [`EnqueueError::LaneDown`].
+    pub fn apply_blocking(&self, event: RouterEvent) -> Result<(), EnqueueError> {
+        if event.block_ops() > self.max_event_blocks(event.tier) {
+            // Refused (and counted) by the pool without starting a lower tier for it.
+            return match self.tier(event.tier) {
+                Some(pool) => pool.apply_blocking(event),
+                None => Err(EnqueueError::TooManyBlocks(event)),
+            };
+        }
         self.tier_or_start(event.tier).ok_or(LaneDown)?.apply_blocking(event)
+    }
+
+    /// [`Self::apply_blocking`] of `event` cut into pieces its tier takes
+    /// ([`EventPool::apply_split`]).
+    pub fn apply_split(&self, event: RouterEvent) -> Result<(), LaneDown> {
+        self.tier_or_start(event.tier).ok_or(LaneDown)?.apply_split(event)
+    }
+
+    /// Blocks one event of `tier` may carry ([`PoolConfig::max_event_blocks`] of its pool).
+    pub fn max_event_blocks(&self, tier: StorageTier) -> usize {
+        match lower_slot(tier) {
+            None => self.device.max_event_blocks(),
+            Some(_) => self.lower_config.max_event_blocks,
+        }
     }
 
     /// Returns once every event enqueued before the call, in every tier, is visible to queries.

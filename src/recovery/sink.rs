@@ -20,15 +20,17 @@ pub trait EventSink {
     }
 }
 
+/// An engine's event longer than one event may be goes in as pieces the pool takes.
 impl EventSink for EventPool {
     fn submit(&self, event: RouterEvent) -> Result<(), LaneDown> {
-        self.apply_blocking(event)
+        self.apply_split(event)
     }
 }
 
+/// An engine's event longer than one event may be goes in as pieces its tier takes.
 impl EventSink for TieredIndex {
     fn submit(&self, event: RouterEvent) -> Result<(), LaneDown> {
-        self.apply_blocking(event)
+        self.apply_split(event)
     }
 }
 

@@ -11,7 +11,8 @@
 //! deepest first, so a block is always more recent than the blocks below it: expiry and
 //! pruning take tails before their prefixes, and the index never holds a block whose parent
 //! was forgotten. A worker's events
-//! are sent while its entry is locked, so they reach its lane in the order they were decided.
+//! are sent while its entry is locked, so they reach its lane in the order they were decided;
+//! one longer than the index takes at once goes in as pieces, in order.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -200,17 +201,14 @@ impl ApproxTracker {
             cache.touch(hash, tick);
         }
         let blocks = local.iter().zip(sequence).map(|(&local, &hash)| StoredBlock { local, hash });
-        index.apply_blocking(RouterEvent::stored(
-            worker,
-            self.event_id(),
-            None,
-            blocks.collect(),
-        ))?;
+        // Our sequence hashes name the blocks, so a request longer than one event may be goes
+        // in as a chain of pieces, each continuing the previous one's last block.
+        index.apply_split(RouterEvent::stored(worker, self.event_id(), None, blocks.collect()))?;
         if cache.len() > self.config.max_blocks {
             let target = (self.config.max_blocks as f64 * self.config.prune_target) as usize;
             let pruned = cache.evict_while(|_, len| len > target);
             self.pruned.fetch_add(pruned.len() as u64, Ordering::Relaxed);
-            index.apply_blocking(RouterEvent::removed(worker, self.event_id(), pruned))?;
+            index.apply_split(RouterEvent::removed(worker, self.event_id(), pruned))?;
         }
         Ok(())
     }
@@ -248,7 +246,7 @@ impl ApproxTracker {
                 let expired = cache.evict_while(|tick, _| tick <= cutoff);
                 if !expired.is_empty() {
                     self.expired.fetch_add(expired.len() as u64, Ordering::Relaxed);
-                    index.apply_blocking(RouterEvent::removed(worker, self.event_id(), expired))?;
+                    index.apply_split(RouterEvent::removed(worker, self.event_id(), expired))?;
                 }
             }
             shard.retain(|_, cache| cache.len() > 0);

@@ -7,9 +7,10 @@ use std::time::Instant;
 
 use crate::event::{RouterEvent, StorageTier, Worker, WorkerId};
 use crate::hash::BlockHasher;
-use crate::index::{SubmitError, TieredIndex};
+use crate::index::{EnqueueError, PoolStats, SubmitError, TieredIndex};
 use crate::pool::LaneDown;
-use crate::recovery::{EventSink, RecoveryCore, RecoverySource, Snapshot, SnapshotError};
+use crate::recovery::StreamKey;
+use crate::recovery::{Cursor, EventSink, RecoveryCore, RecoverySource, Snapshot, SnapshotError};
 use crate::router::approx::ApproxTracker;
 use crate::router::cost::{self, Scratch, Weights};
 use crate::router::request::{Candidate, RouteDecision, RouteInput, RouteRequest};
@@ -105,8 +106,13 @@ impl KvRouter {
 
     /// Forgets every dp rank of worker `id`: from the candidates, every tier of the index, the
     /// load trackers, approximate mode and sessions. Returns the requests it had in flight.
+    ///
+    /// A decision in flight holds the registry (read) from its choice until it is recorded, so
+    /// it either finished before the removal, which then forgets what it recorded, or sees the
+    /// worker gone: nothing of the worker is left behind (ARCHITECTURE.md §6.5).
     pub fn remove_worker(&self, id: WorkerId) -> Result<Vec<RequestId>, LaneDown> {
-        let removed = self.workers.write().remove(id);
+        let mut registry = self.workers.write();
+        let removed = registry.remove(id);
         let mut dropped = Vec::new();
         for (worker, role) in removed {
             dropped.extend(self.tracker(role).remove_worker(worker).unwrap_or_default());
@@ -119,6 +125,7 @@ impl KvRouter {
             recovery.remove_worker(id);
         }
         self.index.remove_worker(id)?;
+        drop(registry);
         Ok(dropped)
     }
 
@@ -136,11 +143,24 @@ impl KvRouter {
 
     /// Hands an engine's KV event to the index of its tier, waiting for room in its lane (with
     /// recovery on, through its stream's cursor first).
-    pub fn apply_event(&self, event: RouterEvent) -> Result<(), LaneDown> {
+    ///
+    /// An event over its tier's [`PoolConfig::max_event_blocks`](crate::index::PoolConfig) is
+    /// refused at once ([`EnqueueError::TooManyBlocks`]). Without recovery,
+    /// [`RouterEvent::split`] cuts it into events the index takes; with recovery on, its id is
+    /// then missing from its stream, and recovery fetches it from the source and applies it in
+    /// such pieces.
+    pub fn apply_event(&self, event: RouterEvent) -> Result<(), EnqueueError> {
         match &self.recovery {
-            Some(recovery) => recovery.ingest(&self.index, event),
+            // The index refuses it (and counts it) before the cursor sees it.
+            Some(_) if self.oversized(&event) => self.index.apply_blocking(event),
+            Some(recovery) => Ok(recovery.ingest(&self.index, event)?),
             None => self.index.apply_blocking(event),
         }
+    }
+
+    /// Whether `event` carries more blocks than its tier takes in one event.
+    fn oversized(&self, event: &RouterEvent) -> bool {
+        event.block_ops() > self.index.max_event_blocks(event.tier)
     }
 
     /// Hands an engine's KV event to the index without waiting (see [`TieredIndex::apply`]).
@@ -148,6 +168,7 @@ impl KvRouter {
     /// through the cursor, so they may wait for room.
     pub fn try_apply_event(&self, event: RouterEvent) -> Result<(), SubmitError> {
         match &self.recovery {
+            Some(_) if self.oversized(&event) => Err(SubmitError::TooManyBlocks(event)),
             Some(recovery) => {
                 let kept = event.clone();
                 recovery.ingest(&self.index, event).map_err(|_| SubmitError::LaneDown(kept))
@@ -178,18 +199,35 @@ impl KvRouter {
             let Some(pool) = self.index.tier(tier) else { continue };
             let stats = pool.stats();
             let before = seen.swap(stats.lane_restarts, Ordering::Relaxed);
-            let new = stats.lane_restarts.saturating_sub(before) as usize;
-            if new == 0 {
+            if stats.lane_restarts <= before {
                 continue;
             }
-            let workers: Vec<Worker> = if new <= stats.recent_restarts.len() {
-                let recent = &stats.recent_restarts[stats.recent_restarts.len() - new..];
-                recent.iter().flat_map(|restart| restart.cleared.iter().copied()).collect()
-            } else {
+            let workers = cleared_since(&stats, before).unwrap_or_else(|| {
                 recovery.streams_of(tier).into_iter().map(|(worker, _)| worker).collect()
-            };
+            });
             for worker in workers {
                 recovery.invalidate(worker, tier);
+            }
+        }
+    }
+
+    /// Marks as invalidated the cursors of streams that index lane restarts not yet re-synced
+    /// cleared: the index dumped beside them no longer holds what the cursors say was applied,
+    /// so a restore must rebuild those streams from full dumps.
+    fn invalidate_unsynced(&self, cursors: &mut [(StreamKey, Cursor)]) {
+        for (tier, seen) in StorageTier::ALL.into_iter().zip(&self.restarts_seen) {
+            let Some(pool) = self.index.tier(tier) else { continue };
+            let stats = pool.stats();
+            let seen = seen.load(Ordering::Relaxed);
+            if stats.lane_restarts <= seen {
+                continue;
+            }
+            let cleared = cleared_since(&stats, seen);
+            for ((worker, stream_tier), cursor) in cursors.iter_mut() {
+                let lost = cleared.as_ref().is_none_or(|cleared| cleared.contains(worker));
+                if *stream_tier == tier && lost {
+                    *cursor = Cursor::InvalidatedByBarrier;
+                }
             }
         }
     }
@@ -197,8 +235,11 @@ impl KvRouter {
     /// Writes the index (every tier) and the recovery cursors to `out`, consistent with each
     /// other (ingestion pauses while the index is flushed and dumped), for
     /// [`Self::restore_snapshot`] after a restart.
+    ///
+    /// Streams an index lane restart cleared, and that recovery has not rebuilt yet, are written
+    /// as invalidated: a router restored from the file rebuilds them from full dumps.
     pub fn save_snapshot(&self, out: impl std::io::Write) -> Result<(), SnapshotError> {
-        let take = |cursors| -> Result<Snapshot, LaneDown> {
+        let take = |mut cursors: Vec<(StreamKey, Cursor)>| -> Result<Snapshot, LaneDown> {
             self.index.flush()?;
             let mut events = Vec::new();
             for tier in StorageTier::ALL {
@@ -209,6 +250,9 @@ impl KvRouter {
                     }));
                 }
             }
+            // Read after the dump: a restart before it is seen (one after it costs a needless
+            // restore, never a lost stream).
+            self.invalidate_unsynced(&mut cursors);
             Ok(Snapshot { cursors, events })
         };
         let snapshot = match &self.recovery {
@@ -231,12 +275,19 @@ impl KvRouter {
         if !empty {
             return Err(SnapshotError::NotEmpty);
         }
+        // A chain dumped whole may be longer than this router's index takes in one event.
         for event in snapshot.events {
-            self.index.apply_blocking(event).map_err(lane_down)?;
+            self.index.apply_split(event).map_err(lane_down)?;
         }
         self.index.flush().map_err(lane_down)?;
         if let Some(recovery) = &self.recovery {
             recovery.restore_cursors(&snapshot.cursors);
+            // Streams saved as lost are rebuilt now, not at their next event.
+            for &((worker, tier), cursor) in &snapshot.cursors {
+                if cursor == Cursor::InvalidatedByBarrier {
+                    recovery.invalidate(worker, tier);
+                }
+            }
         }
         Ok(())
     }
@@ -337,11 +388,13 @@ impl KvRouter {
             request.allowed_workers.is_none_or(|ids| ids.contains(&worker.id))
                 && request.pinned_worker.is_none_or(|pinned| pinned == worker)
         };
-        let prefill_role =
-            |worker| !split || registry.role(worker).is_some_and(WorkerRole::prefills);
+        // Candidates come from the registry: a worker the trackers still hold while it is
+        // being added or removed is none.
+        let prefills =
+            |worker| registry.role(worker).is_some_and(|role| !split || WorkerRole::prefills(role));
         scratch.candidates.clear();
         for load in &scratch.loads {
-            if allowed(load.worker) && prefill_role(load.worker) {
+            if allowed(load.worker) && prefills(load.worker) {
                 let lower = cost::lower_tiers(&scratch.tiers, load.worker);
                 let candidate = cost::candidate(load, lower, shared_hits, isl, &weights);
                 scratch.candidates.push(candidate);
@@ -359,8 +412,9 @@ impl KvRouter {
             true => Some(self.choose_decoder(scratch, request, &registry)?),
             false => None,
         };
-        drop(registry);
 
+        // Recorded while the registry is held: a removal of the chosen worker waits for this
+        // decision's state and then forgets it (see `remove_worker`).
         if request.update_states {
             self.record(request, scratch, isl, &chosen, decode_worker)?;
         }
@@ -371,6 +425,7 @@ impl KvRouter {
         if let Some(session) = request.session_id {
             self.sessions.set(session, chosen.worker, now);
         }
+        drop(registry);
         Ok(RouteDecision {
             worker: chosen.worker,
             overlap_blocks: chosen.overlap_blocks,
@@ -537,11 +592,12 @@ impl KvRouter {
         tokens: &[u32],
         worker: Worker,
     ) -> Result<Vec<RequestId>, RouteError> {
-        let role =
-            self.workers.read().role(worker).ok_or(RouteError::UnknownPinnedWorker(worker))?;
         let hashes = self.hasher.hash_request(tokens);
         let overlap = self.overlap_blocks(tokens, worker);
         let blocks = self.config.track_active_blocks.then_some(&hashes.sequence[..]);
+        // Held while recording, so a removal of the worker is ordered against it.
+        let registry = self.workers.read();
+        let role = registry.role(worker).ok_or(RouteError::UnknownPinnedWorker(worker))?;
         Ok(self.tracker(role).add_request(id, worker, blocks, tokens.len(), overlap)?)
     }
 
@@ -624,4 +680,12 @@ impl fmt::Debug for KvRouter {
             .field("index", &self.index)
             .finish_non_exhaustive()
     }
+}
+
+/// The workers the index lane restarts in `stats` cleared after the first `seen` of them;
+/// `None` if more happened than the pool remembers (then any of the tier's workers may be).
+fn cleared_since(stats: &PoolStats, seen: u64) -> Option<Vec<Worker>> {
+    let new = usize::try_from(stats.lane_restarts.saturating_sub(seen)).ok()?;
+    let recent = stats.recent_restarts.get(stats.recent_restarts.len().checked_sub(new)?..)?;
+    Some(recent.iter().flat_map(|restart| restart.cleared.iter().copied()).collect())
 }

@@ -23,7 +23,7 @@ use super::stats::Counters;
 /// router's own recovery is bypassed — the subscriber sequences whole batches itself).
 impl EventSink for KvRouter {
     fn submit(&self, event: RouterEvent) -> Result<(), LaneDown> {
-        self.index().apply_blocking(event)
+        self.index().apply_split(event)
     }
 }
 
