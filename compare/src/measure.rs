@@ -77,7 +77,7 @@ pub fn run<S: Subject>(
     drop(time_just_built(&subject, &timed[..warmup]));
     let mut quiet = time_just_built(&subject, &timed);
     // The same queries again, all built before the clock starts, so each call finds its query
-    // out of the core's caches: the procedure before session 31, kept for the record.
+    // out of the core's caches: the cold-query figure, beside the main one.
     let mut ahead = time_queries(&subject, &timed);
     // Each query's deepest match, from the subject's own (untimed) answer.
     let depths: Vec<u32> = timed

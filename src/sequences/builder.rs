@@ -14,8 +14,8 @@ use crate::sync::Arc;
 /// all-worker query (one trie walk per shard) stays short. A prefix shared by several workers
 /// is stored and walked once per shard, and a query that finds the tries out of cache pays for
 /// every walk: 2 rather than 4 took the `documents` query's quiescent p99 from 0.47–0.48×
-/// Dynamo's to 0.37–0.39× (BENCHMARKS.md, "session 13"), as 4 rather than 8 had taken the
-/// medians down 15–35% before. Callers with many concurrent writers may want more
+/// Dynamo's to 0.37–0.39× (`kvroute-compare`'s `sequences`), as 4 rather than 8 had taken the
+/// medians down 15–35%. Callers with many concurrent writers may want more
 /// ([`SequencesBuilder::worker_shards`]).
 pub const DEFAULT_WORKER_SHARDS: usize = 2;
 

@@ -8,7 +8,7 @@
 //! match, workers answered) and say how many of them are slow again in the pass after.
 //! `--dup N` replays the shape's trace N times, as the comparison's `--dup` does. Each query is
 //! built just before its call, as the comparison does; `--ahead` builds them all before a pass
-//! instead (each call then finds its query out of the core's caches), as it did until session 31.
+//! instead (each call then finds its query out of the core's caches: the cold-query figure).
 //!
 //! ```sh
 //! cargo run --release -p kvroute-compare --bin find -- --shape documents --passes 9
@@ -45,7 +45,8 @@ fn main() -> ExitCode {
         };
         if parsed.is_err() {
             eprintln!(
-                "usage: find [--shape conversation|documents|shared-fleet] [--passes P] [--queries Q] [--pause S] [--prefix N] [--dup N] [--ahead]"
+                "usage: find [--shape conversation|documents|shared-fleet] [--passes P] [--queries Q] [--pause S] [--prefix N] [--dup N] [--ahead]\n\
+                 \x20 --ahead  queries built before the pass (cold queries) rather than each just before its call"
             );
             return ExitCode::from(2);
         }

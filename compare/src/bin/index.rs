@@ -15,7 +15,7 @@
 //!    asks; also split by how deep each query matched (its deepest worker's score, from the
 //!    subject's own untimed answer). Then the same sample again with every query built before
 //!    the pass ("built ahead": each call then finds its query out of the core's caches), the
-//!    measure until session 31, kept for the record.
+//!    cold-query figure, shown beside the main one.
 //! 3. **forced maintenance**: runs the subject's deferred cleanup (Dynamo CRTC's stale-child
 //!    sweep) and measures bytes per entry again ("swept").
 //! 4. **cross-check**: compares sorted scores with `kvroute::index::ReferenceIndex` on other
@@ -25,7 +25,8 @@
 //!    and flushes, while this thread times queries until that flush returns.
 //!
 //! and prints one `RESULT key=value …` line that the parent parses into the tables: one set per
-//! shape, then a summary of kvroute / Dynamo CRTC per shape against issue #16's targets.
+//! shape, then a summary of kvroute / Dynamo CRTC per shape against kvroute's targets (ingest at
+//! least 2× Dynamo's rate, `find_matches` p50 and p99 at most half Dynamo's).
 
 use std::process::{Command, ExitCode, Stdio};
 
@@ -245,11 +246,11 @@ fn main() -> ExitCode {
     }
     if shapes.len() > 1 || args.shapes.len() > 1 {
         println!(
-            "summary: kvroute / dynamo-crtc per shape (issue #16 targets); median of per-run ratios [range]"
+            "summary: kvroute / dynamo-crtc per shape, against kvroute's targets; median of per-run ratios [range]"
         );
         println!(
             "find = quiescent, each query built just before its call; ahead = the same queries \
-             all built before the pass (the measure before session 31, no target)"
+             all built before the pass (cold queries, no target)"
         );
         print!("{}", report::summary(&shapes));
     }

@@ -6,12 +6,13 @@
 //! Each round times one pass of the comparison's query sample on each subject, after the same
 //! 2,000-query warm-up `index` gives it, the order swapped every round. A round's ratio compares
 //! two passes a few milliseconds apart, so the host's speed, which drifts over seconds on this
-//! shared VM (BENCHMARKS.md, session 25: 381–852 ns for the same code from one process to the
+//! shared VM (the same code has measured anywhere from 381 to 852 ns from one process to the
 //! next), moves both sides alike, and Dynamo serves as the yardstick a change of ours is read
 //! against. The subjects' answers are checked to agree first.
 //!
-//! What runs before a timed pass changes the ratio (BENCHMARKS.md, session 26), so there are two
-//! procedures, and their ratios compare only with their own:
+//! What runs before a timed pass changes the ratio (a just-ingested subject's caches and pages
+//! differ from a resident one's), so there are two procedures, and their ratios compare only
+//! with their own:
 //! - by default both subjects ingest the stream once and stay resident, and a pass follows the
 //!   other subject's pass;
 //! - `--fresh` runs `index`'s own procedure in turns: each turn builds its subject afresh,
@@ -19,7 +20,7 @@
 //!   then the warm-up and the pass, and drops it. It also prints the ingest ratio.
 //!
 //! As in `index`, each query is built in the subject's form just before its call; `--ahead`
-//! builds them all before the pass instead, `index`'s procedure until session 31.
+//! builds them all before the pass instead (cold queries, as `index`'s "ahead" figure).
 
 use std::process::ExitCode;
 
@@ -212,7 +213,7 @@ struct Plan {
     /// `index`'s procedure (a fresh subject per turn) rather than resident subjects.
     fresh: bool,
     /// Queries all built before each pass (out of the core's caches when called), as `index`
-    /// timed them until session 31.
+    /// times its "ahead" figure.
     ahead: bool,
 }
 
@@ -237,7 +238,9 @@ fn main() -> ExitCode {
         };
         if parsed.is_none() {
             eprintln!(
-                "usage: paired [--shapes conversation,documents,shared-fleet] [--rounds R] [--queries Q] [--fresh] [--ahead]"
+                "usage: paired [--shapes conversation,documents,shared-fleet] [--rounds R] [--queries Q] [--fresh] [--ahead]\n\
+                 \x20 --fresh  each turn builds its subject afresh and times its ingest first, as `index` does\n\
+                 \x20 --ahead  queries built before the pass (cold queries) rather than each just before its call"
             );
             return ExitCode::from(2);
         }
