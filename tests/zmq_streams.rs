@@ -107,6 +107,15 @@ fn stored(hash: u64, parent: Option<u64>, first: u32) -> (Vec<u8>, LocalBlockHas
     (rmp_serde::to_vec(&json!([0.0, [event], 0])).unwrap(), local)
 }
 
+/// [`stored`], stamped `ts`.
+fn stored_at(ts: f64, hash: u64, parent: Option<u64>, first: u32) -> (Vec<u8>, LocalBlockHash) {
+    let tokens: Vec<u32> = (first..first + BLOCK).collect();
+    let event = json!({"type": "BlockStored", "block_hashes": [hash], "parent_block_hash": parent,
+        "token_ids": tokens, "block_size": BLOCK, "lora_id": null, "medium": "GPU", "lora_name": null});
+    let local = BlockHasher::new(BLOCK).unwrap().local_hashes(&tokens)[0];
+    (rmp_serde::to_vec(&json!([ts, [event], 0])).unwrap(), local)
+}
+
 /// A subscriber to `engine` (and to its replay socket if `replay`) feeding a fresh index.
 fn subscribe(engine: &Engine, replay: bool) -> (Arc<Mutex<ReferenceIndex>>, ZmqSubscriber) {
     subscribe_with(engine, replay, SubscriberConfig::default())
@@ -320,5 +329,60 @@ fn an_engine_restart_whose_first_batches_were_lost_is_restored_on_reconnect() {
     assert_eq!(index.lock().unwrap().block_count(WORKER), 6);
     let stats = stats(&subscriber);
     assert!(stats.reconnects >= 1, "{stats:?}");
+    subscriber.shutdown();
+}
+
+#[test]
+fn a_batch_numbered_as_seen_but_stamped_later_restores_the_endpoint() {
+    let context = zmq::Context::new();
+    let mut engine = Engine::bind(&context);
+    let (index, subscriber) = subscribe(&engine, true);
+    let mut old = Vec::new();
+    for seq in 0..4u64 {
+        let parent = seq.checked_sub(1).map(|s| 100 + s);
+        let (payload, local) = stored_at(10.0 + seq as f64, 100 + seq, parent, 4 * seq as u32);
+        engine.publish(seq, payload);
+        old.push(local);
+    }
+    engine.until("the first run", || depth(&index, &old) == 4);
+    // The engine restarted without the connection dropping (a proxy in between): batches 0
+    // and 1 of its new run were lost, 2 and 3 arrive numbered like the old run's.
+    engine.buffer.clear();
+    let mut new = Vec::new();
+    for seq in 0..4u64 {
+        let parent = seq.checked_sub(1).map(|s| 200 + s);
+        let first = 1_000 + 4 * seq as u32;
+        let (payload, local) = stored_at(100.0 + seq as f64, 200 + seq, parent, first);
+        engine.buffer.push((seq, payload));
+        new.push(local);
+    }
+    for (seq, payload) in &engine.buffer[2..] {
+        engine.send(*seq, payload);
+    }
+    engine.until("the second run", || depth(&index, &new) == 4 && depth(&index, &old) == 0);
+    assert_eq!(index.lock().unwrap().block_count(WORKER), 4);
+    let stats = stats(&subscriber);
+    assert!(stats.suspected_restarts >= 1, "{stats:?}");
+    subscriber.shutdown();
+}
+
+#[test]
+fn a_replay_answer_over_its_byte_bound_is_a_failed_fetch() {
+    let context = zmq::Context::new();
+    let mut engine = Engine::bind(&context);
+    let mut chain = Vec::new();
+    for seq in 0..8u64 {
+        let (payload, local) =
+            stored(100 + seq, seq.checked_sub(1).map(|s| 100 + s), 4 * seq as u32);
+        engine.publish(seq, payload);
+        chain.push(local);
+    }
+    let bytes: usize = engine.buffer.iter().map(|(_, payload)| payload.len()).sum();
+    let config = SubscriberConfig { max_replay_bytes: bytes - 1, ..SubscriberConfig::default() };
+    let (index, subscriber) = subscribe_with(&engine, true, config);
+    // The first batch seen asks for a full replay: all eight, one byte over the bound.
+    engine.until("a failed replay", || stats(&subscriber).replay_failures >= 2);
+    assert_eq!(depth(&index, &chain), 0);
+    assert_eq!(stats(&subscriber).events, 0);
     subscriber.shutdown();
 }

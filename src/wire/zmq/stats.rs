@@ -43,6 +43,9 @@ pub struct EndpointStats {
     /// Reconnects of the SUB socket to its publisher: each restores the endpoint in full from
     /// the replay socket (the engine may have restarted and its first batches been lost).
     pub reconnects: u64,
+    /// Batches numbered at or below the latest one but stamped later (an engine restart whose
+    /// first batches were lost): each restores the endpoint in full.
+    pub suspected_restarts: u64,
     /// Live batches dropped because recovery's buffer was full: each sends the endpoint back
     /// to a full restore.
     pub buffer_overflows: u64,
@@ -117,6 +120,7 @@ pub(super) struct Counters {
     pub recovering: AtomicBool,
     pub stashed: AtomicU64,
     pub reconnects: AtomicU64,
+    pub suspected_restarts: AtomicU64,
     pub buffer_overflows: AtomicU64,
     pub unrecovered_gaps: AtomicU64,
     pub index_down: AtomicBool,
@@ -146,6 +150,7 @@ impl Counters {
             recovering: self.recovering.load(Ordering::Relaxed),
             stashed: get(&self.stashed),
             reconnects: get(&self.reconnects),
+            suspected_restarts: get(&self.suspected_restarts),
             buffer_overflows: get(&self.buffer_overflows),
             unrecovered_gaps: get(&self.unrecovered_gaps),
             index_down: self.index_down.load(Ordering::Relaxed),

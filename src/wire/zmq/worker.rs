@@ -45,6 +45,8 @@ pub(super) struct EndpointWorker<S: EventSink> {
     monitor: zmq::Socket,
     /// The publisher's connection dropped since it last connected.
     disconnected: bool,
+    /// The highest `seq` received live, and its batch's timestamp.
+    latest: Option<(u64, f64)>,
     /// A dropped connection libzmq has not (yet) scheduled to retry, and since when: after a
     /// protocol error (a message over `max_message_size`) libzmq gives the peer up for good.
     abandoned: Option<Instant>,
@@ -88,6 +90,7 @@ impl<S: EventSink> EndpointWorker<S> {
             sub,
             monitor,
             disconnected: false,
+            latest: None,
             abandoned: None,
             decoder,
             path,
@@ -161,6 +164,7 @@ impl<S: EventSink> EndpointWorker<S> {
         let (seq, events) = match self.decoder.decode_message(frames) {
             Ok(batch) => {
                 Counters::add(&self.counters.skipped_events, batch.skipped as u64);
+                self.check_timestamp(batch.seq, batch.ts);
                 (batch.seq, batch.events)
             }
             Err(_) => {
@@ -209,6 +213,24 @@ impl<S: EventSink> EndpointWorker<S> {
                 if let Path::Recovered { recovery, .. } = &self.path {
                     recovery.invalidate(self.stream, StorageTier::Device);
                 }
+            }
+        }
+    }
+
+    /// A batch numbered at or below the latest one but stamped later is no duplicate: the
+    /// engine restarted and its first batches were lost. The endpoint is restored in full.
+    fn check_timestamp(&mut self, seq: u64, ts: f64) {
+        let restarted = match self.latest {
+            Some((latest, latest_ts)) if seq <= latest => ts > latest_ts,
+            _ => false,
+        };
+        if restarted || self.latest.is_none_or(|(latest, _)| seq > latest) {
+            self.latest = Some((seq, ts));
+        }
+        if restarted {
+            Counters::add(&self.counters.suspected_restarts, 1);
+            if let Path::Recovered { recovery, .. } = &self.path {
+                recovery.invalidate(self.stream, StorageTier::Device);
             }
         }
     }
