@@ -309,6 +309,12 @@ pub fn render_metrics(stats: &SubscriberStats, router: &KvRouter) -> String {
             e.reconnects
         }),
         family(
+            "kvroute_suspected_restarts_total",
+            "Batches numbered as seen but stamped later (engine restarts).",
+            Kind::Counter,
+            |e| e.suspected_restarts,
+        ),
+        family(
             "kvroute_buffer_overflows_total",
             "Live batches dropped while recovering (each restores in full).",
             Kind::Counter,
