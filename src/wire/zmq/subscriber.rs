@@ -27,8 +27,10 @@ const RCVHWM: i32 = 100_000;
 /// ([`VllmDecoder`](crate::wire::VllmDecoder)) and hands them to the index in `seq` order
 /// through a recovery cursor (the ZMQ `seq` is the event id, see `batches.rs`): a lost message
 /// is a gap, fetched from the engine's replay socket while later ones wait; the first message
-/// and an engine restart (`seq` from 0 again) restore the endpoint's state from a replay of
-/// everything the engine still buffers. libzmq reconnects a dropped publisher by itself, waiting
+/// and an engine restart restore the endpoint's state from a replay of everything the engine
+/// still buffers. A restart shows as `seq` from 0 again, and, when its first batches were lost,
+/// as a reconnect of the SUB socket or a batch numbered as seen but stamped later: each of
+/// these restores the endpoint in full. libzmq reconnects a dropped publisher by itself, waiting
 /// from [`SubscriberConfig::reconnect`] doubling up to [`SubscriberConfig::max_reconnect`].
 ///
 /// Dropping the handle (or [`Self::shutdown`]) stops and joins the threads.
