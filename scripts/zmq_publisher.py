@@ -11,6 +11,13 @@ buffer, as a message lost on the network would), prints `DONE`, and keeps answer
 requests until stdin closes. Every batch's payload is written to `--record` as JSON lines
 `{"seq", "payload" (hex)}` for the test to compute the expected index.
 
+For the engine-restart case, `--pub-address`/`--replay-address` bind the addresses of an earlier
+run, `--hash-base` gives this run its own blocks, and `--lost K` publishes batches 0..K-1 at once
+(before any subscriber is back: they are lost, as a restarted vLLM's first batches are), waits
+for a subscriber to connect, then publishes the rest without waiting for `go`. For the broken
+replay endpoint, `--replay-mode silent` never answers and `--replay-mode framing` answers with
+another framing; `--interval` spaces the live batches.
+
 Framing and replay follow vLLM's `ZmqEventPublisher` (vllm/distributed/kv_events.py):
 `[topic, seq (8 bytes big-endian), msgpack(EventBatch)]`; a replay request `[id, b"", start]`
 is answered with `[id, b"", topic, seq, payload]` per buffered batch from `start` on and
@@ -80,7 +87,7 @@ def vllm_033_classes():
     return EventBatch, BlockStored, BlockRemoved, AllBlocksCleared
 
 
-def plan(count, classes):
+def plan(count, classes, base=1000):
     """Batch k stores block k of one long GPU chain (parent: block k-1); every third batch also
     stores a CPU side block, removed the batch after. The encoding rotates map / tuple / SGLang."""
     Batch, Stored, Removed, _ = classes
@@ -99,8 +106,9 @@ def plan(count, classes):
                           block_size=BLOCK, lora_id=None, medium=medium, lora_name=None)
             return enc["stored"](**{n: v for n, v in fields.items() if n in names})
 
-        events = [stored([1000 + k], None if k == 0 else 1000 + k - 1,
-                         list(range(4 * k, 4 * k + 4)), "GPU")]
+        first_token = 4 * (base - 1000 + k)
+        events = [stored([base + k], None if k == 0 else base + k - 1,
+                         list(range(first_token, first_token + 4)), "GPU")]
         if k % 3 == 0:
             # SGLang's short tuple has no medium: its side block lands on the device tier.
             events.append(stored([5000 + k], None, list(range(90_000 + 4 * k, 90_004 + 4 * k)), "CPU"))
@@ -120,6 +128,13 @@ def main():
     parser.add_argument("--topic", default="kv")
     parser.add_argument("--wheel", help="take the event classes from this vLLM wheel")
     parser.add_argument("--timeout", type=float, default=60.0, help="exit after this many seconds")
+    parser.add_argument("--pub-address", default="tcp://127.0.0.1:*")
+    parser.add_argument("--replay-address", default="tcp://127.0.0.1:*")
+    parser.add_argument("--hash-base", type=int, default=1000)
+    parser.add_argument("--lost", type=int, default=0,
+                        help="publish this many first batches at once, then wait for a subscriber")
+    parser.add_argument("--replay-mode", choices=["vllm", "silent", "framing"], default="vllm")
+    parser.add_argument("--interval", type=float, default=0.0, help="seconds between live batches")
     args = parser.parse_args()
 
     if args.wheel:
@@ -128,16 +143,17 @@ def main():
     else:
         classes = vllm_033_classes()
     encoder = msgspec.msgpack.Encoder()
-    payloads = [encoder.encode(b) for b in plan(args.batches, classes)]
+    payloads = [encoder.encode(b) for b in plan(args.batches, classes, args.hash_base)]
     with open(args.record, "w") as record:
         for seq, payload in enumerate(payloads):
             record.write(json.dumps({"seq": seq, "payload": payload.hex()}) + "\n")
 
     ctx = zmq.Context.instance()
-    pub = ctx.socket(zmq.PUB)
-    pub.bind("tcp://127.0.0.1:*")
+    # XPUB (a PUB that hears subscriptions) tells when a subscriber is back.
+    pub = ctx.socket(zmq.XPUB if args.lost else zmq.PUB)
+    pub.bind(args.pub_address)
     replay = ctx.socket(zmq.ROUTER)
-    replay.bind("tcp://127.0.0.1:*")
+    replay.bind(args.replay_address)
     topic = args.topic.encode()
     buffer = []  # (seq, payload): everything published, as vLLM's replay deque
 
@@ -161,6 +177,11 @@ def main():
         if len(frames) != 3:
             return
         client, _, start = frames
+        if args.replay_mode == "silent":
+            return
+        if args.replay_mode == "framing":
+            replay.send_multipart((client, b"", b"not vLLM's replay framing"))
+            return
         start = int.from_bytes(start, "big")
         for seq, payload in buffer:
             if seq >= start:
@@ -174,12 +195,23 @@ def main():
             pub.send_multipart((topic, seq.to_bytes(8, "big"), payloads[seq]))
 
     deadline = time.time() + args.timeout
-    while not go.is_set() and not closed.is_set() and time.time() < deadline:
+    first = 1
+    if args.lost:
+        for seq in range(args.lost):
+            publish(seq)
+        first = args.lost
+        while not pub.poll(50) and time.time() < deadline:
+            service_replay(0)
+        if pub.poll(0):
+            pub.recv()  # the subscription
+    while not args.lost and not go.is_set() and not closed.is_set() and time.time() < deadline:
         publish(0)
         service_replay(50)
-    for seq in range(1, len(payloads)):
+    for seq in range(first, len(payloads)):
         publish(seq)
         service_replay(0)
+        if args.interval:
+            time.sleep(args.interval)
     print("DONE", flush=True)
     while not closed.is_set() and time.time() < deadline:
         service_replay(50)

@@ -71,6 +71,24 @@ pub fn parse_endpoint(spec: &str, index: usize) -> Result<ZmqEndpoint, String> {
     Ok(endpoint)
 }
 
+/// Refuses two `--zmq` endpoints that feed one (worker, rank): their engines would merge into
+/// one worker, and one's restore would clear the other's blocks.
+pub fn distinct_streams(specs: &[String], endpoints: &[ZmqEndpoint]) -> Result<(), String> {
+    for (at, endpoint) in endpoints.iter().enumerate() {
+        let same = |other: &ZmqEndpoint| {
+            (other.worker, other.dp_rank) == (endpoint.worker, endpoint.dp_rank)
+        };
+        if let Some(first) = endpoints[..at].iter().position(same) {
+            return Err(format!(
+                "--zmq {:?} and --zmq {:?} both feed worker {} rank {}: give each engine its own \
+                 id (ID=ADDR) or rank (rank=N)",
+                specs[first], specs[at], endpoint.worker.0, endpoint.dp_rank
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Subscribes, then redraws the view every interval until `duration` (or forever).
 pub fn run(options: &ListenOptions, nats: &NatsArgs) -> Result<(), String> {
     if options.zmq.is_empty() {
@@ -82,6 +100,7 @@ pub fn run(options: &ListenOptions, nats: &NatsArgs) -> Result<(), String> {
         .enumerate()
         .map(|(index, spec)| parse_endpoint(spec, index))
         .collect::<Result<Vec<_>, _>>()?;
+    distinct_streams(&options.zmq, &endpoints)?;
     let workers: Vec<Worker> =
         endpoints.iter().map(|e| Worker::new(e.worker.0, e.dp_rank)).collect();
     // With `--nats`, the router joins its replicas (kept in `_joined` until the command ends).
@@ -133,8 +152,19 @@ pub fn run(options: &ListenOptions, nats: &NatsArgs) -> Result<(), String> {
 /// The view: one row per endpoint, then the index's size.
 pub fn render_view(now: &SubscriberStats, earlier: &SubscriberStats, router: &KvRouter) -> String {
     let secs = now.uptime.saturating_sub(earlier.uptime).as_secs_f64().max(1e-9);
-    let headers =
-        ["worker", "endpoint", "events", "events/s", "block ops", "gaps", "healed", "errors"];
+    let headers = [
+        "worker",
+        "endpoint",
+        "events",
+        "events/s",
+        "block ops",
+        "gaps",
+        "healed",
+        "errors",
+        "restores",
+        "replay fails",
+        "stashed",
+    ];
     let mut rows: Vec<Vec<String>> = Vec::new();
     for endpoint in &now.endpoints {
         let before = earlier.endpoints.iter().find(|e| e.publisher == endpoint.publisher);
@@ -148,6 +178,9 @@ pub fn render_view(now: &SubscriberStats, earlier: &SubscriberStats, router: &Kv
             (endpoint.gaps + endpoint.unrecovered_gaps).to_string(),
             endpoint.gaps_healed.to_string(),
             endpoint.decode_errors.to_string(),
+            endpoint.restores.to_string(),
+            endpoint.replay_failures.to_string(),
+            endpoint.stashed.to_string(),
         ]);
     }
     let gaps: u64 = now.endpoints.iter().map(|e| e.gaps + e.unrecovered_gaps).sum();
@@ -160,6 +193,9 @@ pub fn render_view(now: &SubscriberStats, earlier: &SubscriberStats, router: &Kv
         gaps.to_string(),
         now.gaps_healed().to_string(),
         now.decode_errors().to_string(),
+        now.restores().to_string(),
+        now.replay_failures().to_string(),
+        now.endpoints.iter().map(|e| e.stashed).sum::<u64>().to_string(),
     ]);
     let (workers, blocks) = index_size(router);
     let mut text = table(&headers, &rows, 2);
@@ -260,6 +296,39 @@ pub fn render_metrics(stats: &SubscriberStats, router: &KvRouter) -> String {
             e.gaps_healed
         }),
         family("kvroute_restores_total", "Full restores.", Kind::Counter, |e| e.restores),
+        family("kvroute_replay_requests_total", "Replay requests sent.", Kind::Counter, |e| {
+            e.replay_requests
+        }),
+        family(
+            "kvroute_replay_failures_total",
+            "Replay requests that failed.",
+            Kind::Counter,
+            |e| e.replay_failures,
+        ),
+        family("kvroute_reconnects_total", "Reconnects to the publisher.", Kind::Counter, |e| {
+            e.reconnects
+        }),
+        family(
+            "kvroute_suspected_restarts_total",
+            "Batches numbered as seen but stamped later (engine restarts).",
+            Kind::Counter,
+            |e| e.suspected_restarts,
+        ),
+        family(
+            "kvroute_buffer_overflows_total",
+            "Live batches dropped while recovering (each restores in full).",
+            Kind::Counter,
+            |e| e.buffer_overflows,
+        ),
+        family("kvroute_stashed_batches", "Live batches awaiting recovery.", Kind::Gauge, |e| {
+            e.stashed
+        }),
+        family(
+            "kvroute_recovering",
+            "1 while the endpoint awaits its replay socket.",
+            Kind::Gauge,
+            |e| u64::from(e.recovering),
+        ),
         Metric::single(
             "kvroute_index_blocks",
             "Blocks the index holds.",
@@ -295,6 +364,39 @@ mod tests {
             .with_dp_rank(2)
             .with_topic(b"kv".to_vec());
         assert_eq!(full, expected);
+    }
+
+    #[test]
+    fn replay_failures_and_restores_show_in_the_view_and_the_metrics() {
+        let endpoint = kvroute::wire::zmq::EndpointStats {
+            publisher: "tcp://h:5557".into(),
+            worker: WorkerId(4),
+            restores: 2,
+            replay_requests: 9,
+            replay_failures: 7,
+            recovering: true,
+            stashed: 5,
+            ..Default::default()
+        };
+        let now = SubscriberStats { endpoints: vec![endpoint], uptime: Duration::from_secs(2) };
+        let router = KvRouter::new(RouterConfig::new(16)).unwrap();
+        let view = render_view(&now, &SubscriberStats::default(), &router);
+        let header = view.lines().next().unwrap();
+        assert!(header.ends_with("restores  replay fails  stashed"), "{view}");
+        let all = view.lines().find(|line| line.starts_with("all ")).unwrap();
+        let last: Vec<&str> = all.split_whitespace().rev().take(3).collect();
+        assert_eq!(last, ["5", "7", "2"], "{view}");
+        let metrics = render_metrics(&now, &router);
+        let sample = |name: &str| {
+            let prefix = format!("{name}{{worker=\"4\",endpoint=\"tcp://h:5557\"}} ");
+            let line = metrics.lines().find(|line| line.starts_with(&prefix));
+            line.and_then(|line| line[prefix.len()..].parse::<f64>().ok())
+        };
+        assert_eq!(sample("kvroute_restores_total"), Some(2.0), "{metrics}");
+        assert_eq!(sample("kvroute_replay_requests_total"), Some(9.0), "{metrics}");
+        assert_eq!(sample("kvroute_replay_failures_total"), Some(7.0), "{metrics}");
+        assert_eq!(sample("kvroute_recovering"), Some(1.0), "{metrics}");
+        assert_eq!(sample("kvroute_stashed_batches"), Some(5.0), "{metrics}");
     }
 
     #[test]

@@ -40,7 +40,8 @@ fn lines(reader: impl Read + Send + 'static) -> Receiver<String> {
     lines
 }
 
-/// The numbers of the view's `all` row: events, events/s, block ops, gaps, healed, errors.
+/// The numbers of the view's `all` row: events, events/s, block ops, gaps, healed, errors,
+/// restores, replay failures, stashed.
 fn totals(view: &str) -> Vec<u64> {
     let row = view.lines().rev().find(|line| line.starts_with("all ")).expect("an `all` row");
     row.split_whitespace().skip(1).map(|n| n.parse().expect("a number")).collect()
@@ -110,9 +111,12 @@ fn listen_shows_a_publishers_events_and_the_healed_gap_and_serves_metrics() {
     let status = listen.0.wait().unwrap();
     assert!(status.success(), "listen exited with {status}:\n{printed}");
 
-    let [events, _, block_ops, gaps, healed, errors] = totals(&printed)[..] else {
-        panic!("six totals in {printed}")
+    let [events, _, block_ops, gaps, healed, errors, restores, replay_failures, _] =
+        totals(&printed)[..]
+    else {
+        panic!("nine totals in {printed}")
     };
+    assert!(restores >= 1 && replay_failures == 0, "{printed}");
     assert!(events >= 30 && block_ops >= events, "{printed}");
     assert!(gaps >= 1 && healed >= 2, "the dropped batch is a gap, healed: {printed}");
     assert_eq!(errors, 0, "{printed}");
@@ -136,6 +140,20 @@ fn a_malformed_endpoint_is_one_error_line_and_exit_code_2() {
         assert_eq!(stderr.lines().count(), 1, "{endpoint}: {stderr}");
         assert!(stderr.starts_with("kvroute: "), "{endpoint}: {stderr}");
     }
+}
+
+#[test]
+fn two_endpoints_for_one_worker_are_one_error_line_and_exit_code_2() {
+    // The second endpoint's id is its position, 1: the first one's.
+    let out = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .args(["listen", "--zmq", "1=tcp://127.0.0.1:1", "--zmq", "tcp://127.0.0.1:2"])
+        .args(["--duration", "1"])
+        .output()
+        .expect("the binary runs");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("both feed worker 1 rank 0"), "{stderr}");
 }
 
 #[path = "../../tests/support/nats_server.rs"]

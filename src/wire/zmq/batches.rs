@@ -8,7 +8,7 @@
 //! first clears every (rank, tier) stream the endpoint has written. Gaps, duplicates, buffering,
 //! retries with backoff and full restores are all recovery's own.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::event::{KvEventData, RouterEvent, StorageTier, Worker};
@@ -28,14 +28,37 @@ impl EventSink for KvRouter {
 }
 
 /// Decoded batches waiting for recovery to apply their token, by `seq`.
-#[derive(Debug, Default)]
+///
+/// Live batches are bounded like recovery's own buffer: recovery keeps at most its
+/// `buffer_capacity` live tokens and drops the lowest ids past it (restoring the stream in full
+/// instead), so the stash keeps no more live batches than that and drops its lowest `seq`s too
+/// — a batch whose token recovery dropped would never be taken.
+#[derive(Debug)]
 pub(super) struct Stash {
-    batches: Mutex<HashMap<u64, Vec<RouterEvent>, ahash::RandomState>>,
+    batches: Mutex<BTreeMap<u64, Vec<RouterEvent>>>,
+    capacity: usize,
 }
 
 impl Stash {
+    /// An empty stash holding at most `capacity` batches after each live one.
+    pub(super) fn new(capacity: usize) -> Self {
+        Self { batches: Mutex::default(), capacity: capacity.max(1) }
+    }
+
+    /// A replayed batch: recovery takes it in the same fetch, so it is not bounded here (the
+    /// answer's size is, in `replay.rs`).
     pub(super) fn put(&self, seq: u64, events: Vec<RouterEvent>) {
         self.batches.lock().insert(seq, events);
+    }
+
+    /// A live batch; past the capacity the lowest `seq`s are dropped.
+    pub(super) fn put_live(&self, seq: u64, events: Vec<RouterEvent>) {
+        let mut batches = self.batches.lock();
+        batches.insert(seq, events);
+        let excess = batches.len().saturating_sub(self.capacity);
+        for _ in 0..excess {
+            batches.pop_first();
+        }
     }
 
     fn take(&self, seq: u64) -> Vec<RouterEvent> {

@@ -50,7 +50,8 @@ impl ZmqEndpoint {
 }
 
 /// The subscriber's settings. [`Default`]: no endpoints, recovery's defaults, reconnects from
-/// 100 ms doubling up to 5 s, 2 s for each replay answer.
+/// 100 ms doubling up to 5 s, 2 s for each replay answer, messages up to 64 MiB, replay answers
+/// up to 100,000 batches and 1 GiB.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SubscriberConfig {
     /// The engines.
@@ -63,6 +64,14 @@ pub struct SubscriberConfig {
     pub max_reconnect: Duration,
     /// How long a replay request waits for each answer frame before it is a failed fetch.
     pub replay_timeout: Duration,
+    /// The largest message a socket accepts (`ZMQ_MAXMSGSIZE`): libzmq drops a peer that sends
+    /// a larger one before allocating it (a publisher is then reconnected, and what it lost
+    /// replayed or restored).
+    pub max_message_size: usize,
+    /// The most batches one replay answer may hold; past it the fetch fails.
+    pub max_replay_batches: usize,
+    /// The most payload bytes one replay answer may hold; past it the fetch fails.
+    pub max_replay_bytes: usize,
 }
 
 impl Default for SubscriberConfig {
@@ -73,6 +82,9 @@ impl Default for SubscriberConfig {
             reconnect: Duration::from_millis(100),
             max_reconnect: Duration::from_secs(5),
             replay_timeout: Duration::from_secs(2),
+            max_message_size: 64 << 20,
+            max_replay_batches: 100_000,
+            max_replay_bytes: 1 << 30,
         }
     }
 }
@@ -92,6 +104,16 @@ pub enum ZmqError {
     Recovery(crate::recovery::RecoveryConfigError),
     /// A socket or thread could not be created.
     Setup(String),
+    /// Two endpoints feed the same (worker, rank) stream: one's restore would clear the
+    /// other's blocks, and their sequence numbers would be taken for one engine's.
+    DuplicateStream {
+        /// The worker.
+        worker: WorkerId,
+        /// The rank.
+        dp_rank: u32,
+    },
+    /// A size limit is 0 (nothing could ever be received).
+    ZeroLimit(&'static str),
 }
 
 impl fmt::Display for ZmqError {
@@ -102,11 +124,41 @@ impl fmt::Display for ZmqError {
             }
             Self::Recovery(error) => write!(f, "bad recovery settings: {error}"),
             Self::Setup(why) => write!(f, "ZMQ subscriber setup failed: {why}"),
+            Self::DuplicateStream { worker, dp_rank } => write!(
+                f,
+                "two ZMQ endpoints feed worker {worker} rank {dp_rank}: give each engine its own id"
+            ),
+            Self::ZeroLimit(name) => write!(f, "ZMQ subscriber setting {name} must be at least 1"),
         }
     }
 }
 
 impl std::error::Error for ZmqError {}
+
+impl SubscriberConfig {
+    /// Checks the settings: recovery's, the size limits, and that no two endpoints feed the
+    /// same (worker, rank) stream.
+    pub fn validate(&self) -> Result<(), ZmqError> {
+        self.recovery.validate().map_err(ZmqError::Recovery)?;
+        for (name, value) in [
+            ("max_message_size", self.max_message_size),
+            ("max_replay_batches", self.max_replay_batches),
+            ("max_replay_bytes", self.max_replay_bytes),
+        ] {
+            if value == 0 {
+                return Err(ZmqError::ZeroLimit(name));
+            }
+        }
+        let mut streams = std::collections::BTreeSet::new();
+        for endpoint in &self.endpoints {
+            if !streams.insert((endpoint.worker, endpoint.dp_rank)) {
+                let (worker, dp_rank) = (endpoint.worker, endpoint.dp_rank);
+                return Err(ZmqError::DuplicateStream { worker, dp_rank });
+            }
+        }
+        Ok(())
+    }
+}
 
 /// Milliseconds for a libzmq option, saturated.
 pub(super) fn millis(duration: Duration) -> i32 {

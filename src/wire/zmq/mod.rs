@@ -9,7 +9,12 @@
 //! Guarantees: an endpoint's batches reach the index in `seq` order, each once (duplicates
 //! dropped, gaps filled from the replay socket before later batches apply); an undecodable batch
 //! is counted and applied as empty, never stalling its stream; a dead endpoint only stalls its
-//! own thread; the caller's threads never block on ZMQ.
+//! own thread; the caller's threads never block on ZMQ. Memory is bounded: no message over
+//! [`SubscriberConfig::max_message_size`] is read, a replay answer is bounded in batches and
+//! bytes, and the live batches kept while a replay is awaited are at most recovery's buffer.
+//! A reconnect to a publisher restores the endpoint in full from its replay socket (the engine
+//! may have restarted and its first batches been lost); no two endpoints feed one
+//! (worker, rank) stream.
 //!
 //! Needs the system libzmq (Debian: `libzmq3-dev`).
 

@@ -15,20 +15,20 @@ use crate::recovery::{Dump, Recovered, RecoveryError, RecoverySource};
 use crate::wire::{VllmDecoder, parse_seq};
 
 use super::batches::{Stash, token};
-use super::config::millis;
+use super::config::{SubscriberConfig, millis};
 use super::stats::Counters;
 
 /// The end-of-replay marker's sequence frame: -1 as 8 bytes big-endian.
 const END_SEQ: [u8; 8] = [0xff; 8];
-
-/// Batches one replay may return before it is refused as runaway (10× vLLM's default buffer).
-const MAX_REPLAY: usize = 100_000;
 
 /// A DEALER connected to one engine's replay socket.
 pub(super) struct ReplayClient {
     context: zmq::Context,
     address: String,
     timeout: Duration,
+    max_message_size: usize,
+    max_batches: usize,
+    max_bytes: usize,
     socket: zmq::Socket,
 }
 
@@ -36,19 +36,31 @@ impl ReplayClient {
     pub(super) fn connect(
         context: &zmq::Context,
         address: &str,
-        timeout: Duration,
+        config: &SubscriberConfig,
     ) -> Result<Self, zmq::Error> {
-        let socket = Self::socket(context, address, timeout)?;
-        Ok(Self { context: context.clone(), address: address.to_owned(), timeout, socket })
+        let timeout = config.replay_timeout;
+        let max_message_size = config.max_message_size;
+        let socket = Self::socket(context, address, timeout, max_message_size)?;
+        Ok(Self {
+            context: context.clone(),
+            address: address.to_owned(),
+            timeout,
+            max_message_size,
+            max_batches: config.max_replay_batches,
+            max_bytes: config.max_replay_bytes,
+            socket,
+        })
     }
 
     fn socket(
         context: &zmq::Context,
         address: &str,
         timeout: Duration,
+        max_message_size: usize,
     ) -> Result<zmq::Socket, zmq::Error> {
         let socket = context.socket(zmq::DEALER)?;
         socket.set_linger(0)?;
+        socket.set_maxmsgsize(super::subscriber::max_message_size(max_message_size))?;
         socket.set_rcvtimeo(millis(timeout))?;
         socket.set_sndtimeo(millis(timeout))?;
         socket.connect(address)?;
@@ -60,7 +72,7 @@ impl ReplayClient {
         let result = self.request(from);
         if result.is_err() {
             // A late answer to a failed request must not be read as the next one's.
-            match Self::socket(&self.context, &self.address, self.timeout) {
+            match Self::socket(&self.context, &self.address, self.timeout, self.max_message_size) {
                 Ok(socket) => self.socket = socket,
                 Err(e) => log::warn!("replay socket {} not recreated: {e}", self.address),
             }
@@ -75,6 +87,7 @@ impl ReplayClient {
             .send_multipart([&b""[..], &from.to_be_bytes()], 0)
             .map_err(|e| unavailable(format!("request not sent ({e})")))?;
         let mut batches = Vec::new();
+        let mut bytes = 0usize;
         loop {
             let frames = self
                 .socket
@@ -86,8 +99,12 @@ impl ReplayClient {
                 return Ok(batches);
             }
             let seq = parse_seq(&seq).map_err(|e| unavailable(e.to_string()))?;
-            if batches.len() == MAX_REPLAY {
-                return Err(unavailable(format!("more than {MAX_REPLAY} batches")));
+            if batches.len() == self.max_batches {
+                return Err(unavailable(format!("more than {} batches", self.max_batches)));
+            }
+            bytes = bytes.saturating_add(payload.len());
+            if bytes > self.max_bytes {
+                return Err(unavailable(format!("more than {} bytes", self.max_bytes)));
             }
             batches.push((seq, payload));
         }

@@ -31,10 +31,24 @@ pub struct EndpointStats {
     pub gaps_healed: u64,
     /// Full restores (first contact, an engine restart, a replay that no longer had the gap).
     pub restores: u64,
-    /// Replay requests sent, and those that failed (timed out or malformed).
+    /// Replay requests sent.
     pub replay_requests: u64,
-    /// Replay requests that failed.
+    /// Replay requests that failed (no answer in time, another framing, too large).
     pub replay_failures: u64,
+    /// True while the endpoint waits on its replay socket (a gap or a restore in progress).
+    pub recovering: bool,
+    /// Live batches stashed until recovery applies them (at most the recovery buffer's
+    /// capacity, [`RecoveryConfig::buffer_capacity`](crate::recovery::RecoveryConfig)).
+    pub stashed: u64,
+    /// Reconnects of the SUB socket to its publisher: each restores the endpoint in full from
+    /// the replay socket (the engine may have restarted and its first batches been lost).
+    pub reconnects: u64,
+    /// Batches numbered at or below the latest one but stamped later (an engine restart whose
+    /// first batches were lost): each restores the endpoint in full.
+    pub suspected_restarts: u64,
+    /// Live batches dropped because recovery's buffer was full: each sends the endpoint back
+    /// to a full restore.
+    pub buffer_overflows: u64,
     /// Sequence jumps on an endpoint without a replay socket (lost for good).
     pub unrecovered_gaps: u64,
     /// True once the index refused events because it is down (they are dropped).
@@ -71,6 +85,16 @@ impl SubscriberStats {
         self.endpoints.iter().map(|e| e.gaps_healed).sum()
     }
 
+    /// Full restores, over every endpoint.
+    pub fn restores(&self) -> u64 {
+        self.endpoints.iter().map(|e| e.restores).sum()
+    }
+
+    /// Failed replay requests, over every endpoint.
+    pub fn replay_failures(&self) -> u64 {
+        self.endpoints.iter().map(|e| e.replay_failures).sum()
+    }
+
     /// Events applied per second between `earlier` and this snapshot.
     pub fn events_per_sec(&self, earlier: &SubscriberStats) -> f64 {
         let secs = self.uptime.saturating_sub(earlier.uptime).as_secs_f64();
@@ -93,6 +117,11 @@ pub(super) struct Counters {
     pub restores: AtomicU64,
     pub replay_requests: AtomicU64,
     pub replay_failures: AtomicU64,
+    pub recovering: AtomicBool,
+    pub stashed: AtomicU64,
+    pub reconnects: AtomicU64,
+    pub suspected_restarts: AtomicU64,
+    pub buffer_overflows: AtomicU64,
     pub unrecovered_gaps: AtomicU64,
     pub index_down: AtomicBool,
 }
@@ -118,6 +147,11 @@ impl Counters {
             restores: get(&self.restores),
             replay_requests: get(&self.replay_requests),
             replay_failures: get(&self.replay_failures),
+            recovering: self.recovering.load(Ordering::Relaxed),
+            stashed: get(&self.stashed),
+            reconnects: get(&self.reconnects),
+            suspected_restarts: get(&self.suspected_restarts),
+            buffer_overflows: get(&self.buffer_overflows),
             unrecovered_gaps: get(&self.unrecovered_gaps),
             index_down: self.index_down.load(Ordering::Relaxed),
         }

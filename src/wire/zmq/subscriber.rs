@@ -1,7 +1,7 @@
 //! [`ZmqSubscriber`]: the handle that owns the endpoint threads.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -11,6 +11,11 @@ use super::config::{SubscriberConfig, ZmqError, millis};
 use super::replay::ReplayClient;
 use super::stats::{Counters, SubscriberStats};
 use super::worker::EndpointWorker;
+
+/// `ZMQ_MAXMSGSIZE` for `bytes`, saturated.
+pub(super) fn max_message_size(bytes: usize) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
+}
 
 /// Batches a SUB socket holds before libzmq drops them: vLLM's PUB high-water mark.
 const RCVHWM: i32 = 100_000;
@@ -22,8 +27,10 @@ const RCVHWM: i32 = 100_000;
 /// ([`VllmDecoder`](crate::wire::VllmDecoder)) and hands them to the index in `seq` order
 /// through a recovery cursor (the ZMQ `seq` is the event id, see `batches.rs`): a lost message
 /// is a gap, fetched from the engine's replay socket while later ones wait; the first message
-/// and an engine restart (`seq` from 0 again) restore the endpoint's state from a replay of
-/// everything the engine still buffers. libzmq reconnects a dropped publisher by itself, waiting
+/// and an engine restart restore the endpoint's state from a replay of everything the engine
+/// still buffers. A restart shows as `seq` from 0 again, and, when its first batches were lost,
+/// as a reconnect of the SUB socket or a batch numbered as seen but stamped later: each of
+/// these restores the endpoint in full. libzmq reconnects a dropped publisher by itself, waiting
 /// from [`SubscriberConfig::reconnect`] doubling up to [`SubscriberConfig::max_reconnect`].
 ///
 /// Dropping the handle (or [`Self::shutdown`]) stops and joins the threads.
@@ -65,7 +72,7 @@ impl ZmqSubscriber {
     where
         S: EventSink + Send + Sync + 'static,
     {
-        config.recovery.validate().map_err(ZmqError::Recovery)?;
+        config.validate()?;
         let context = zmq::Context::new();
         let setup = |e: zmq::Error| ZmqError::Setup(e.to_string());
         let bad = |address: &str| {
@@ -83,15 +90,16 @@ impl ZmqSubscriber {
             sub.set_reconnect_ivl(millis(config.reconnect)).map_err(setup)?;
             sub.set_reconnect_ivl_max(millis(config.max_reconnect)).map_err(setup)?;
             sub.set_subscribe(&endpoint.topic).map_err(setup)?;
+            sub.set_maxmsgsize(max_message_size(config.max_message_size)).map_err(setup)?;
+            let monitor = Self::monitor(&context, &sub).map_err(setup)?;
             sub.connect(&endpoint.publisher).map_err(bad(&endpoint.publisher))?;
             let replay = match &endpoint.replay {
-                Some(address) => Some(
-                    ReplayClient::connect(&context, address, config.replay_timeout)
-                        .map_err(bad(address))?,
-                ),
+                Some(address) => {
+                    Some(ReplayClient::connect(&context, address, &config).map_err(bad(address))?)
+                }
                 None => None,
             };
-            prepared.push((endpoint.clone(), sub, replay));
+            prepared.push((endpoint.clone(), sub, monitor, replay));
         }
         let stop = Arc::new(AtomicBool::new(false));
         let mut subscriber = Self {
@@ -100,7 +108,7 @@ impl ZmqSubscriber {
             counters: Vec::new(),
             started: Instant::now(),
         };
-        for (endpoint, sub, replay) in prepared {
+        for (endpoint, sub, monitor, replay) in prepared {
             let counters = Arc::new(Counters::default());
             subscriber.counters.push((
                 endpoint.publisher.clone(),
@@ -110,7 +118,7 @@ impl ZmqSubscriber {
             let name = format!("kvroute-zmq-{}", endpoint.worker);
             let worker = EndpointWorker::new(
                 endpoint,
-                sub,
+                (sub, monitor),
                 replay,
                 sink.clone(),
                 &config.recovery,
@@ -126,6 +134,25 @@ impl ZmqSubscriber {
             subscriber.threads.push(thread);
         }
         Ok(subscriber)
+    }
+
+    /// A PAIR socket that receives `sub`'s connection events: a reconnect may hide an engine
+    /// restart whose first batches were lost (see `worker.rs`).
+    fn monitor(context: &zmq::Context, sub: &zmq::Socket) -> Result<zmq::Socket, zmq::Error> {
+        static MONITORS: AtomicU64 = AtomicU64::new(0);
+        let address =
+            format!("inproc://kvroute-zmq-monitor-{}", MONITORS.fetch_add(1, Ordering::Relaxed));
+        let events = [
+            zmq::SocketEvent::CONNECTED,
+            zmq::SocketEvent::CONNECT_RETRIED,
+            zmq::SocketEvent::DISCONNECTED,
+        ];
+        let events = events.into_iter().fold(0, |all, event| all | event as i32);
+        sub.monitor(&address, events)?;
+        let monitor = context.socket(zmq::PAIR)?;
+        monitor.set_linger(0)?;
+        monitor.connect(&address)?;
+        Ok(monitor)
     }
 
     /// Every endpoint's counters now.

@@ -21,6 +21,10 @@ const POLL: Duration = Duration::from_millis(20);
 /// Messages taken per wake-up before recovery gets a turn.
 const BURST: usize = 1_024;
 
+/// How long a dropped connection may go without libzmq scheduling a retry before it is taken
+/// as given up (libzmq reports the retry as soon as it schedules it).
+const GIVEN_UP: Duration = Duration::from_millis(500);
+
 /// How often recovery's counters are copied out and the stash pruned.
 const HOUSEKEEPING: Duration = Duration::from_millis(100);
 
@@ -37,6 +41,15 @@ enum Path<S: EventSink> {
 pub(super) struct EndpointWorker<S: EventSink> {
     endpoint: ZmqEndpoint,
     sub: zmq::Socket,
+    /// `sub`'s connection events.
+    monitor: zmq::Socket,
+    /// The publisher's connection dropped since it last connected.
+    disconnected: bool,
+    /// The highest `seq` received live, and its batch's timestamp.
+    latest: Option<(u64, f64)>,
+    /// A dropped connection libzmq has not (yet) scheduled to retry, and since when: after a
+    /// protocol error (a message over `max_message_size`) libzmq gives the peer up for good.
+    abandoned: Option<Instant>,
     decoder: VllmDecoder,
     path: Path<S>,
     counters: Arc<Counters>,
@@ -47,7 +60,7 @@ pub(super) struct EndpointWorker<S: EventSink> {
 impl<S: EventSink> EndpointWorker<S> {
     pub(super) fn new(
         endpoint: ZmqEndpoint,
-        sub: zmq::Socket,
+        (sub, monitor): (zmq::Socket, zmq::Socket),
         replay: Option<ReplayClient>,
         sink: Arc<S>,
         recovery: &RecoveryConfig,
@@ -56,7 +69,7 @@ impl<S: EventSink> EndpointWorker<S> {
     ) -> Result<Self, RecoveryConfigError> {
         let decoder = VllmDecoder::new(endpoint.worker).with_default_dp_rank(endpoint.dp_rank);
         let stream = Worker { id: endpoint.worker, dp_rank: endpoint.dp_rank.into() };
-        let stash = Arc::new(Stash::default());
+        let stash = Arc::new(Stash::new(recovery.buffer_capacity));
         let batches = BatchSink::new(stash.clone(), sink, counters.clone());
         let path = match replay {
             Some(client) => Path::Recovered {
@@ -72,7 +85,19 @@ impl<S: EventSink> EndpointWorker<S> {
             },
             None => Path::Direct(batches),
         };
-        Ok(Self { endpoint, sub, decoder, path, counters, stop, stream })
+        Ok(Self {
+            endpoint,
+            sub,
+            monitor,
+            disconnected: false,
+            latest: None,
+            abandoned: None,
+            decoder,
+            path,
+            counters,
+            stop,
+            stream,
+        })
     }
 
     pub(super) fn run(mut self) {
@@ -84,8 +109,15 @@ impl<S: EventSink> EndpointWorker<S> {
                     .map_or(POLL, |due| due.saturating_duration_since(Instant::now()).min(POLL)),
                 Path::Direct(_) => POLL,
             };
-            match self.sub.poll(zmq::POLLIN, wait.as_millis() as i64) {
-                Ok(ready) if ready > 0 => {
+            let mut items =
+                [self.sub.as_poll_item(zmq::POLLIN), self.monitor.as_poll_item(zmq::POLLIN)];
+            let polled = zmq::poll(&mut items, wait.as_millis() as i64);
+            let monitored = items[1].is_readable();
+            if monitored {
+                self.on_connection_events();
+            }
+            match polled {
+                Ok(ready) if ready > usize::from(monitored) as i32 => {
                     for _ in 0..BURST {
                         match self.sub.recv_multipart(zmq::DONTWAIT) {
                             Ok(frames) => self.on_message(&frames),
@@ -107,6 +139,18 @@ impl<S: EventSink> EndpointWorker<S> {
                 self.note(ran.map(|_| ()));
                 self.refresh(false);
             }
+            if self.abandoned.is_some_and(|since| since.elapsed() >= GIVEN_UP) {
+                self.abandoned = None;
+                log::warn!(
+                    "{} dropped after a protocol error: connecting again",
+                    self.endpoint.publisher
+                );
+                // The given-up endpoint is still registered: only a fresh one connects.
+                let _ = self.sub.disconnect(&self.endpoint.publisher);
+                if let Err(e) = self.sub.connect(&self.endpoint.publisher) {
+                    log::error!("{} not connected again: {e}", self.endpoint.publisher);
+                }
+            }
             if housekeeping.elapsed() >= HOUSEKEEPING {
                 self.refresh(true);
                 housekeeping = Instant::now();
@@ -120,6 +164,7 @@ impl<S: EventSink> EndpointWorker<S> {
         let (seq, events) = match self.decoder.decode_message(frames) {
             Ok(batch) => {
                 Counters::add(&self.counters.skipped_events, batch.skipped as u64);
+                self.check_timestamp(batch.seq, batch.ts);
                 (batch.seq, batch.events)
             }
             Err(_) => {
@@ -134,7 +179,8 @@ impl<S: EventSink> EndpointWorker<S> {
         let previous = self.counters.next_seq.swap(seq.saturating_add(1), Ordering::Relaxed);
         let done = match &self.path {
             Path::Recovered { recovery, stash, .. } => {
-                stash.put(seq, events);
+                // What it drops, recovery drops too (and counts in `buffer_overflows`).
+                stash.put_live(seq, events);
                 recovery.ingest(token(self.stream, seq))
             }
             Path::Direct(batches) => {
@@ -145,6 +191,48 @@ impl<S: EventSink> EndpointWorker<S> {
             }
         };
         self.note(done);
+    }
+
+    /// A reconnect to the publisher: whatever happened meanwhile, the engine may have restarted
+    /// and published its first batches before we were back, so later ones, numbered at or
+    /// below the old run's last, would pass for duplicates. The endpoint is restored in full
+    /// from the replay socket, which holds only the running engine's batches.
+    fn on_connection_events(&mut self) {
+        while let Ok(frames) = self.monitor.recv_multipart(zmq::DONTWAIT) {
+            let Some(event) = frames.first().and_then(|f| f.get(..2)) else { continue };
+            let event = u16::from_le_bytes([event[0], event[1]]);
+            if event == zmq::SocketEvent::DISCONNECTED as u16 {
+                self.disconnected = true;
+                self.abandoned = Some(Instant::now());
+            } else if event == zmq::SocketEvent::CONNECT_RETRIED as u16 {
+                self.abandoned = None;
+            } else if event == zmq::SocketEvent::CONNECTED as u16 && self.disconnected {
+                self.disconnected = false;
+                self.abandoned = None;
+                Counters::add(&self.counters.reconnects, 1);
+                if let Path::Recovered { recovery, .. } = &self.path {
+                    recovery.invalidate(self.stream, StorageTier::Device);
+                }
+            }
+        }
+    }
+
+    /// A batch numbered at or below the latest one but stamped later is no duplicate: the
+    /// engine restarted and its first batches were lost. The endpoint is restored in full.
+    fn check_timestamp(&mut self, seq: u64, ts: f64) {
+        let restarted = match self.latest {
+            Some((latest, latest_ts)) if seq <= latest => ts > latest_ts,
+            _ => false,
+        };
+        if restarted || self.latest.is_none_or(|(latest, _)| seq > latest) {
+            self.latest = Some((seq, ts));
+        }
+        if restarted {
+            Counters::add(&self.counters.suspected_restarts, 1);
+            if let Path::Recovered { recovery, .. } = &self.path {
+                recovery.invalidate(self.stream, StorageTier::Device);
+            }
+        }
     }
 
     fn note(&self, result: Result<(), LaneDown>) {
@@ -164,6 +252,9 @@ impl<S: EventSink> EndpointWorker<S> {
         store(&self.counters.gaps, stream.gaps);
         store(&self.counters.gaps_healed, stream.healed);
         store(&self.counters.restores, stream.restores);
+        store(&self.counters.buffer_overflows, stream.buffer_overflows);
+        self.counters.recovering.store(stream.recovering, Ordering::Relaxed);
+        store(&self.counters.stashed, stash.len() as u64);
         if !prune {
             return;
         }
