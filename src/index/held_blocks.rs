@@ -7,7 +7,8 @@
 //! rare entry the tag map spills go in a [`ProbeMap`] keyed by the full name. Both find names
 //! through the pool's secret [`Mixer`] (engines' hashes are chosen by whoever sends events).
 
-use crate::index::lane_trie::{LaneTrie, NodeId};
+use crate::index::lane_trie::LaneTrie;
+use crate::index::node_ids::NodeId;
 use crate::index::probe_map::ProbeMap;
 use crate::index::tag_map::TagMap;
 use crate::mix::Mixer;

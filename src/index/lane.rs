@@ -19,9 +19,11 @@ use crate::event::{StoredBlock, Worker, WorkerId};
 use crate::index::chain::{Chain, PREFETCH_AHEAD};
 use crate::index::handback::Handback;
 use crate::index::held_blocks::HeldBlocks;
-use crate::index::lane_trie::{LaneTrie, NodeId, shed};
+use crate::index::lane_trie::{LaneTrie, shed};
+use crate::index::node_ids::NodeId;
 use crate::index::restarts::{LaneRestart, RestartLog};
 use crate::index::routes::Routes;
+use crate::index::seq_hashes::SeqHashes;
 use crate::index::spent::{SPENT_BATCH, SpentList};
 use crate::index::worker_dump::dump_worker;
 use crate::mix::Mixer;
@@ -406,7 +408,7 @@ impl IndexLane {
     /// Per worker: each engine hash it holds with our sequence hash of the block.
     pub(crate) fn snapshot(&self) -> Vec<(Worker, Vec<(SequenceHash, SequenceHash)>)> {
         let guard = epoch::pin();
-        let mut seqs = self.trie.seq_hashes(&guard);
+        let mut seqs = SeqHashes::new(&self.trie, &guard);
         self.workers
             .iter()
             .map(|(&worker, held)| {

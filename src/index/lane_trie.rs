@@ -20,16 +20,12 @@ use crate::event::{LocalBlockHash, Worker};
 use crate::index::chunked::ChunkedVec;
 use crate::index::holder_sets::{HolderSets, Holders};
 use crate::index::locals::Locals;
-use crate::index::node_ids::NodeIds;
+use crate::index::node_ids::{NodeId, NodeIds};
 use crate::index::run::{ROOT_TAIL, Run, RunId, RunState};
 use crate::index::run_table::{RunReclaimer, RunTableWriter};
-use crate::index::seq_hashes::SeqHashes;
 use crate::index::versions::{Version, VersionCache, VersionPtr};
 use crate::sync::Ordering;
 use crate::sync::epoch::Guard;
-
-/// Identifies a node (one block's place in the tree) to its lane.
-pub(crate) type NodeId = u32;
 
 /// The parent of root runs.
 const ROOT: NodeId = NodeId::MAX;
@@ -259,12 +255,6 @@ impl LaneTrie {
     /// Live runs.
     pub(crate) fn run_count(&self) -> usize {
         self.runs.len() - self.free_runs.len()
-    }
-
-    /// Our sequence hashes of nodes, for snapshots (nothing on the event or query path needs
-    /// them: runs are keyed by where they hang, see [`crate::index::run`]).
-    pub(crate) fn seq_hashes<'a>(&'a self, guard: &'a Guard) -> SeqHashes<'a> {
-        SeqHashes::new(self, guard)
     }
 
     /// The run `node` is in and its offset there.

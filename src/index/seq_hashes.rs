@@ -6,11 +6,12 @@ use std::collections::HashMap;
 
 use crate::event::{LocalBlockHash, SequenceHash};
 use crate::hash::next_sequence_hash;
-use crate::index::lane_trie::{LaneTrie, NodeId};
+use crate::index::lane_trie::LaneTrie;
+use crate::index::node_ids::NodeId;
 use crate::index::run::RunId;
 use crate::sync::epoch::Guard;
 
-/// Our sequence hashes of a trie's nodes ([`LaneTrie::seq_hashes`]), computed from the roots
+/// Our sequence hashes of a trie's nodes, computed from the roots
 /// down a run at a time and kept per run, so a snapshot hashes each block once.
 pub(crate) struct SeqHashes<'a> {
     trie: &'a LaneTrie,
@@ -19,7 +20,7 @@ pub(crate) struct SeqHashes<'a> {
 }
 
 impl<'a> SeqHashes<'a> {
-    pub(super) fn new(trie: &'a LaneTrie, guard: &'a Guard) -> Self {
+    pub(crate) fn new(trie: &'a LaneTrie, guard: &'a Guard) -> Self {
         Self { trie, guard, runs: HashMap::new() }
     }
 

@@ -2,7 +2,8 @@
 
 use crate::event::{SequenceHash, StoredBlock};
 use crate::index::held_blocks::HeldBlocks;
-use crate::index::lane_trie::{LaneTrie, NodeId};
+use crate::index::lane_trie::LaneTrie;
+use crate::index::node_ids::NodeId;
 use crate::sync::epoch::Guard;
 use crate::u64_map::U64Map;
 
