@@ -40,10 +40,10 @@ use std::collections::BTreeMap;
 
 pub use crate::pool::LaneMode;
 pub use crate::scores::OverlapScores;
-pub use event_pool::{EventPool, PoolConfig, PoolStats, SubmitError};
+pub use event_pool::{EventPool, PoolStats, SubmitError};
 pub use pool_config::{
     MAX_EVENT_BLOCKS, MAX_LANE_BLOCKS, MAX_LANE_HEAP_RESERVE, MAX_LANES, MAX_QUEUE_CAPACITY,
-    PoolConfigError,
+    PoolConfig, PoolConfigError,
 };
 pub use reference::ReferenceIndex;
 pub use restarts::LaneRestart;
