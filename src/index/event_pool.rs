@@ -5,14 +5,14 @@ use std::fmt;
 use crossbeam_utils::CachePadded;
 
 use crate::event::{ApplyErrorKind, LocalBlockHash, RouterEvent, Worker, WorkerId};
-use crate::index::handback::Handback;
-use crate::index::lane::{IndexLane, LaneCounters, WorkerBudget};
-use crate::index::lane_trie::{LaneTrie, TrieLimits};
+use crate::index::lane::handback::Handback;
+use crate::index::lane::index_lane::{IndexLane, LaneCounters, WorkerBudget};
+use crate::index::lane::lane_trie::{LaneTrie, TrieLimits};
+use crate::index::lane::restarts::{LaneRestart, RestartLog};
+use crate::index::lane::routes::Routes;
+use crate::index::lane::spent::{HANDED_MAX, SpentList};
 use crate::index::pool_config::{PoolConfig, PoolConfigError};
-use crate::index::restarts::{LaneRestart, RestartLog};
-use crate::index::routes::Routes;
-use crate::index::run_table::{RunTable, RunTableWriter};
-use crate::index::spent::{HANDED_MAX, SpentList};
+use crate::index::runs::run_table::{RunTable, RunTableWriter};
 use crate::index::walk::{prefetch_query, walk_lanes};
 use crate::index::{IndexSnapshot, OverlapScores};
 use crate::mix::Mixer;
@@ -367,8 +367,8 @@ mod tests {
     use super::*;
     use crate::event::{SequenceHash, StoredBlock};
     use crate::index::ReferenceIndex;
-    use crate::index::lane::INJECTED_PANIC;
-    use crate::index::lane_trie::MAX_RUN_BLOCKS;
+    use crate::index::lane::index_lane::INJECTED_PANIC;
+    use crate::index::lane::lane_trie::MAX_RUN_BLOCKS;
 
     fn chain(depth: u64) -> Vec<LocalBlockHash> {
         (1..=depth).map(LocalBlockHash).collect()

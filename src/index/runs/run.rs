@@ -12,8 +12,8 @@
 //! What identifies a run is where it hangs (the [`Run::tail_id`] of its parent's last
 //! node, [`ROOT_TAIL`] for a root) and its first content hash, both fixed for the run's life.
 //! Tail ids are drawn by the lane and never reused. A run is found in the lane's
-//! [`RunTable`](crate::index::run_table::RunTable) under a key made of those two
-//! ([`RunTable::key`](crate::index::run_table::RunTable::key)): a walk that matched a run knows
+//! [`RunTable`](super::run_table::RunTable) under a key made of those two
+//! ([`RunTable::key`](super::run_table::RunTable::key)): a walk that matched a run knows
 //! its tail id and the query's next content hash, so it finds the next run with one multiply
 //! and no hashing of the chain, and a lane storing blocks hashes nothing per block. Our
 //! sequence hashes, which a run's place stands for, are computed only for snapshots.
@@ -41,8 +41,8 @@
 
 use std::ops::Range;
 
-use crate::index::holder_sets::{Holders, RunHolders};
-use crate::index::locals::Locals;
+use crate::index::runs::holder_sets::{Holders, RunHolders};
+use crate::index::runs::locals::Locals;
 use crate::sync::{Arc, AtomicU32, Ordering};
 
 /// Identifies a run to its lane (an index into the lane's arena).

@@ -1,14 +1,14 @@
 //! [`SeqHashes`]: our sequence hashes of a lane's nodes, for snapshots. Nothing on the event or
-//! query path needs them (runs are keyed by where they hang, see [`crate::index::run`]), so
+//! query path needs them (runs are keyed by where they hang, see [`crate::index::runs::run`]), so
 //! they are computed on demand from the trie's content hashes, a run at a time.
 
 use std::collections::HashMap;
 
 use crate::event::{LocalBlockHash, SequenceHash};
 use crate::hash::next_sequence_hash;
-use crate::index::lane_trie::LaneTrie;
-use crate::index::node_ids::NodeId;
-use crate::index::run::RunId;
+use crate::index::lane::lane_trie::LaneTrie;
+use crate::index::lane::node_ids::NodeId;
+use crate::index::runs::run::RunId;
 use crate::sync::epoch::Guard;
 
 /// Our sequence hashes of a trie's nodes, computed from the roots

@@ -1,7 +1,7 @@
 //! [`Version`]: an owned [`Run`] version, and [`VersionCache`], the lane's memory for them.
 //!
 //! Versions are what a lane allocates most: every holder change, split or append replaces a
-//! run's version whole (see [`crate::index::run`]), and the old one is freed once readers let
+//! run's version whole (see [`super::run`]), and the old one is freed once readers let
 //! go of it. Through `std::sync::Arc` each was a `malloc` and, some events later, a `free`; on
 //! the `shared-fleet` shape those, with a boxed handle per retired version, were about a tenth
 //! of a lane's instructions (callgrind: 160–190 per call). Here a version is a plain
@@ -18,9 +18,9 @@ use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
 use std::ops::Deref;
 use std::ptr::NonNull;
 
-use crate::index::holder_sets::Holders;
-use crate::index::locals::{INLINE, Locals};
-use crate::index::run::{Run, RunFields, RunHead, RunOf, RunState};
+use crate::index::runs::holder_sets::Holders;
+use crate::index::runs::locals::{INLINE, Locals};
+use crate::index::runs::run::{Run, RunFields, RunHead, RunOf, RunState};
 
 /// Reclaimed versions the cache keeps per size (inline hash count); more are freed.
 pub(crate) const KEEP_PER_SIZE: usize = 256;
