@@ -229,7 +229,7 @@ impl EventPool {
         flushed
     }
 
-    /// Frees the block lists of applied events the lanes handed back (see `index/spent.rs`).
+    /// Frees the block lists of applied events the lanes handed back (see `index/lane/spent.rs`).
     fn free_spent(&self) {
         self.spent.iter().for_each(|spent| spent.drop_handed_over());
     }
