@@ -1,4 +1,4 @@
-//! Wire throughput and latency (#17): how fast [`VllmDecoder`] decodes vLLM KV event batches,
+//! Wire throughput and latency: how fast [`VllmDecoder`] decodes vLLM KV event batches,
 //! and how long a published batch takes to become visible in the index through the ZMQ
 //! subscriber on loopback.
 //!

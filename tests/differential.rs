@@ -41,7 +41,7 @@ proptest! {
         check(&ops, 4)?;
     }
 
-    /// #18 item 1: content and engine hashes 0, 1, `u64::MAX` and other runs' sequence hashes
+    /// Content and engine hashes 0, 1, `u64::MAX` and other runs' sequence hashes
     /// (run keys that collide with each other and with the table's markers).
     #[test]
     fn extreme_hashes(ops in prop::collection::vec(op_extreme(), 0..60), lanes in 1usize..3) {

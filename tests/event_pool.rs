@@ -144,7 +144,7 @@ fn zero_or_absurd_sizes_are_typed_errors() {
     assert_eq!(router, Some(RouterConfigError::Index(PoolConfigError::ZeroLanes)));
 }
 
-/// #18 item 1: key 0 and `u64::MAX` share a run-table slot (0 is stored as `u64::MAX`): both
+/// Key 0 and `u64::MAX` share a run-table slot (0 is stored as `u64::MAX`): both
 /// roots must be found and removable, with no lane panic.
 #[test]
 fn root_keys_zero_and_max_are_both_found_and_removable() {
@@ -166,7 +166,7 @@ fn root_keys_zero_and_max_are_both_found_and_removable() {
     assert_eq!(pool.stats().runs, 0);
 }
 
-/// #18 item 1: a root whose content hash equals the sequence hash of another chain's second
+/// A root whose content hash equals the sequence hash of another chain's second
 /// block has the same run key as that block's run: each query still finds its own run.
 #[test]
 fn a_root_keyed_like_another_runs_block_does_not_shadow_it() {

@@ -86,7 +86,7 @@ fn a_replaced_run_is_seen_old_or_new_never_mixed() {
     });
 }
 
-/// Runs under one key (#18 item 1: keys are not unique): while the writer removes one of two
+/// Runs under one key (keys are not unique): while the writer removes one of two
 /// and publishes a third under the same key (reusing the removed one's slot), a reader looking
 /// for the one that stays always finds it, whole.
 #[test]

@@ -445,7 +445,7 @@ mod tests {
         assert_eq!(unmoved.find_matches(&chain(4)).get(worker), 4);
     }
 
-    /// #18 item 2: a panic while applying one event costs only the state of that lane's
+    /// A panic while applying one event costs only the state of that lane's
     /// workers: they drop out of answers, are reported, and the lane (and every call) goes on.
     #[test]
     fn a_lane_panic_clears_its_workers_and_the_lane_goes_on() {
@@ -509,7 +509,7 @@ mod tests {
             .collect()
     }
 
-    /// #18 item 4: however long a worker's chain grows, no run outgrows the run limit (run
+    /// However long a worker's chain grows, no run outgrows the run limit (run
     /// offsets are 32-bit): appending past it starts a new run, and the answers stay right.
     #[test]
     fn chains_longer_than_the_run_limit_go_on_in_new_runs() {
@@ -542,7 +542,7 @@ mod tests {
         }
     }
 
-    /// #18 item 4: a lane that holds the most blocks it can address rejects a `Stored` that
+    /// A lane that holds the most blocks it can address rejects a `Stored` that
     /// would take it further with a typed error, changes nothing, and takes blocks again once
     /// removals make room.
     #[test]
@@ -587,7 +587,7 @@ mod tests {
         false
     }
 
-    /// #18 item 3: events for workers the index never admits (unknown-worker removals,
+    /// Events for workers the index never admits (unknown-worker removals,
     /// rejected first stores, removals of unknown workers) leave no route behind.
     #[test]
     fn workers_never_admitted_leave_no_route() {
@@ -605,7 +605,7 @@ mod tests {
         assert_eq!(routes(), (0, vec![0, 0]));
     }
 
-    /// #18 item 3: removing workers gives their lane's room back, and new workers go there.
+    /// Removing workers gives their lane's room back, and new workers go there.
     #[test]
     fn removed_workers_free_their_lane_for_new_ones() {
         let pool = EventPool::new(PoolConfig { lanes: 2, ..PoolConfig::default() }).unwrap();
@@ -629,7 +629,7 @@ mod tests {
         assert_eq!(pool.routes.counts(), (4, vec![2, 2]));
     }
 
-    /// #18 item 3: an event over the block cap is never queued: a typed error from `apply`,
+    /// An event over the block cap is never queued: a typed error from `apply`,
     /// counted from either path, and the index unchanged by it.
     #[test]
     fn events_over_the_block_cap_are_rejected() {

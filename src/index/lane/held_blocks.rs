@@ -135,7 +135,7 @@ mod tests {
             .collect()
     }
 
-    /// #18 item 3: engine hashes chosen to share a bucket under a fixed mixer spread under the
+    /// Engine hashes chosen to share a bucket under a fixed mixer spread under the
     /// pool's secret one: few spill out of the tag map, and all are found.
     #[test]
     fn names_crafted_for_a_fixed_mixer_spread() {

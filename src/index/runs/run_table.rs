@@ -692,7 +692,7 @@ mod tests {
         }
     }
 
-    /// #18 item 1: runs under one key (equal keys, and 0 next to `u64::MAX`) are each found by
+    /// Runs under one key (equal keys, and 0 next to `u64::MAX`) are each found by
     /// identity and removed alone, through inserts, removals and rebuilds.
     #[test]
     fn colliding_keys_are_told_apart() {

@@ -1,6 +1,6 @@
 //! Workload shapes: synthetic traces beside the Mooncake conversation trace, each with the fleet
 //! it is meant to be replayed through, so the index and load tracker are measured on more than
-//! one kind of prefix structure (issue #16).
+//! one kind of prefix structure.
 //!
 //! Layout: [`documents`] (many roots, documents reused: [`DocumentReuse`]), [`shared`] (heavy
 //! cross-worker sharing: [`SharedPrefixes`]), [`zipf`] (the popularity law both draw from), and
