@@ -83,13 +83,13 @@
 //!
 //! ## Performance
 //!
-//! Measured side by side with NVIDIA Dynamo's `dynamo-kv-router` 1.6.1 on the Mooncake
-//! conversation trace (`BENCHMARKS.md` has the tables and commands): `find_matches` takes 0.2–0.45×
-//! the time of Dynamo's concurrent tree at the median and at p99, also while ingesting; memory per
-//! live entry is 58–59 bytes whatever the history (Dynamo's grows from 290 to 840 over four
-//! replays); and ingest throughput is 2.7–3.1× Dynamo's. The active-sequence tracker answers
-//! all-worker load queries in about a quarter to a third of Dynamo's time, also under concurrent
-//! churn, with 7–8× its add/free throughput.
+//! Measured side by side with NVIDIA Dynamo's `dynamo-kv-router` 1.6.1 on three workload shapes
+//! (`BENCHMARKS.md` has today's tables and the commands that reproduce them): `find_matches`
+//! takes 0.2–0.5× the time of Dynamo's concurrent tree at the median and at p99, also while
+//! ingesting; memory per live entry is 48–60 bytes, 0.2–0.45× Dynamo's; ingest runs 1.2–2.5×
+//! Dynamo's throughput (the figure a loaded host moves most). The active-sequence tracker answers
+//! all-worker load queries in a fifth to a third of Dynamo's time, with 5–8× its add/free
+//! throughput, and one routing decision takes 0.23–0.39× Dynamo's.
 
 pub mod event;
 pub mod hash;
