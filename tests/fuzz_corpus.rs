@@ -55,3 +55,43 @@ fn fixed_seed_inputs_agree_with_the_reference() {
         }
     }
 }
+
+/// The checked-in inputs of fuzz target `target` (hidden files skipped).
+#[cfg(feature = "nats")]
+fn corpus(target: &str) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target);
+    let mut inputs = Vec::new();
+    for entry in fs::read_dir(&dir).expect("corpus directory") {
+        let path = entry.unwrap().path();
+        if path.file_name().is_some_and(|name| name.to_string_lossy().starts_with('.')) {
+            continue;
+        }
+        let data = fs::read(&path).unwrap();
+        inputs.push((path, data));
+    }
+    assert!(!inputs.is_empty(), "no corpus inputs in {}", dir.display());
+    inputs
+}
+
+#[cfg(feature = "nats")]
+#[test]
+fn nats_frame_corpus_decodes_or_is_refused() {
+    for (path, data) in corpus("nats_frame") {
+        if let Err(error) = kvroute::nats::fuzzing::decode_frame(&data) {
+            panic!("{}: {error}", path.display());
+        }
+    }
+    for frame in kvroute::nats::fuzzing::seed_frames() {
+        kvroute::nats::fuzzing::decode_frame(&frame).expect("a seed round-trips");
+    }
+}
+
+#[cfg(feature = "nats")]
+#[test]
+fn nats_snapshot_corpus_reassembles_what_the_views_believe() {
+    for (path, data) in corpus("nats_snapshot") {
+        if let Err(error) = kvroute::nats::fuzzing::reassemble(&data) {
+            panic!("{}: {error}", path.display());
+        }
+    }
+}

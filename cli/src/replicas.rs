@@ -29,6 +29,15 @@ pub struct NatsArgs {
 pub struct Joined {
     #[cfg(not(loom))]
     _replica: Option<kvroute::nats::NatsReplica>,
+    /// This replica's router id, when joined.
+    router_id: Option<u64>,
+}
+
+impl Joined {
+    /// This replica's router id with `--nats`; `None` alone.
+    pub fn router_id(&self) -> Option<u64> {
+        self.router_id
+    }
 }
 
 impl NatsArgs {
@@ -49,9 +58,9 @@ impl NatsArgs {
             let router = KvRouter::new(config).map_err(|e| e.to_string())?;
             register(&router);
             #[cfg(not(loom))]
-            return Ok((Arc::new(router), Joined { _replica: None }));
+            return Ok((Arc::new(router), Joined { _replica: None, router_id: None }));
             #[cfg(loom)]
-            return Ok((Arc::new(router), Joined {}));
+            return Ok((Arc::new(router), Joined { router_id: None }));
         };
         let timeout = Duration::try_from_secs_f64(self.nats_timeout)
             .map_err(|_| format!("--nats-timeout {} is not a duration", self.nats_timeout))?;
@@ -87,7 +96,7 @@ impl NatsArgs {
                 "--nats {url}: the peers' state did not arrive within {timeout:?}"
             ));
         }
-        Ok((router, Joined { _replica: Some(replica) }))
+        Ok((router, Joined { _replica: Some(replica), router_id: Some(router_id) }))
     }
 
     #[cfg(loom)]

@@ -24,8 +24,9 @@ pub struct RouteArgs {
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
     block_size: u32,
-    /// Record each routed request as in flight (id `line-<N>`), so later lines see its load
-    /// (and, with --nats, the peers do too).
+    /// Record each routed request as in flight (id `line-<N>`; with --nats
+    /// `line-<ROUTER_ID>-<N>`, unique across replicas), so later lines see its load (and, with
+    /// --nats, the peers do too).
     #[arg(long)]
     record: bool,
     /// Index the router's own decisions (approximate mode), so later lines that share a
@@ -77,7 +78,7 @@ pub fn run(args: &RouteArgs) -> Result<(), String> {
         seed: Some(args.seed),
         ..RouterConfig::new(args.block_size)
     };
-    let (router, _joined) = args.nats.build_router(config, |router| {
+    let (router, joined) = args.nats.build_router(config, |router| {
         if args.worker.is_empty() {
             (0..args.workers).for_each(|id| router.add_worker(Worker::new(id, 0)));
         } else {
@@ -87,11 +88,13 @@ pub fn run(args: &RouteArgs) -> Result<(), String> {
     let stdin = io::stdin().lock();
     let mut stdout = io::stdout().lock();
     let mut tokens = Vec::new();
+    // Replicas share one id space: a peer's `line-1` is in this tracker too.
+    let prefix = joined.router_id().map_or_else(|| "line-".to_owned(), |id| format!("line-{id}-"));
     for (index, line) in stdin.lines().enumerate() {
         let number = index + 1;
         let line = line.map_err(|e| format!("reading stdin, line {number}: {e}"))?;
         parse_tokens(&line, &mut tokens).map_err(|e| format!("line {number}: {e}"))?;
-        let id = RequestId::from(format!("line-{number}").as_str());
+        let id = RequestId::from(format!("{prefix}{number}").as_str());
         let request = RouteRequest::tokens(&tokens).with_id(id).update_states(args.record);
         let decision = router.route(&request).map_err(|e| format!("line {number}: {e}"))?;
         if args.approximate {

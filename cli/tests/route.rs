@@ -105,3 +105,39 @@ fn with_nats_decisions_see_a_peer_replicas_load() {
     assert_eq!(chosen, ["1", "1"], "{stdout}");
     assert!(replica.stats().snapshots_served >= 1, "{}", replica.stats());
 }
+
+#[test]
+fn two_recording_replicas_route_the_same_line_numbers_without_clashing() {
+    use std::io::{BufRead, BufReader};
+    let server = nats_server::NatsServer::start();
+    let url = server.url();
+    let args = |id: &'static str| {
+        ["--workers", "2", "--record", "--nats", &url, "--namespace", "rec", "--router-id", id]
+            .map(str::to_owned)
+    };
+    // Replica 1 records its line 1 and stays up (its stdin open).
+    let mut first = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .arg("route")
+        .args(args("1"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kvroute runs");
+    let mut stdin = first.stdin.take().expect("stdin");
+    writeln!(stdin, "{}", line(0, 32)).expect("write stdin");
+    let mut decision = String::new();
+    BufReader::new(first.stdout.take().expect("stdout"))
+        .read_line(&mut decision)
+        .expect("first decision");
+    assert!(!decision.is_empty(), "replica 1 routed nothing");
+    // Replica 2 catches up with replica 1 (its line 1 included), then records its own lines.
+    let second = args("2");
+    let second: Vec<&str> = second.iter().map(String::as_str).collect();
+    let out = route(&second, &format!("{}\n{}\n", line(100, 32), line(200, 32)));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).lines().count(), 2);
+    drop(stdin);
+    let status = first.wait().expect("replica 1 exits");
+    assert!(status.success());
+}

@@ -16,6 +16,27 @@ use crate::sequences::{RequestId, SequenceEvent};
 /// The frame format this build writes and reads.
 pub(crate) const FORMAT_VERSION: u8 = 1;
 
+/// Every size a peer's frame may claim is bounded here, so that a forged or corrupt frame is
+/// refused at decode (a typed [`FrameError::Bound`]) before anything is built from it.
+///
+/// The largest change number (also a heartbeat's count and a snapshot's `seq`): far past what
+/// a replica reaches (2^62 changes at a billion a second take 146 years), and `n + 1` never
+/// overflows.
+pub(crate) const MAX_SEQ: u64 = 1 << 62;
+/// The most changes in one `Events` frame (a replica sends at most 1,024).
+pub(crate) const MAX_FRAME_EVENTS: usize = 4096;
+/// The most blocks of one request (an `AddRequest`, a snapshot's request).
+pub(crate) const MAX_REQUEST_BLOCKS: usize = 1 << 20;
+/// The most blocks one request may have decoded (16 M tokens at 16 tokens a block).
+pub(crate) const MAX_OUTPUT_BLOCKS: u32 = 1 << 20;
+/// The most parts of one snapshot.
+pub(crate) const MAX_SNAPSHOT_PARTS: u32 = 1 << 16;
+/// The most requests one snapshot may hold, all parts together.
+pub(crate) const MAX_SNAPSHOT_REQUESTS: usize = 1 << 22;
+/// The most decoded blocks one snapshot may report, all requests together: the progress a
+/// snapshot hands the tracker is bounded, whatever a peer claims.
+pub(crate) const MAX_SNAPSHOT_PROGRESS: u64 = 1 << 26;
+
 /// The subjects of one namespace (`kvroute.<namespace>.…`).
 #[derive(Clone, Debug)]
 pub(crate) struct Subjects {
@@ -113,6 +134,8 @@ pub(crate) enum FrameError {
     Decode(String),
     /// A format version this build does not read.
     Version(u8),
+    /// A size or number past its bound (the message says which).
+    Bound(String),
 }
 
 impl fmt::Display for FrameError {
@@ -120,6 +143,7 @@ impl fmt::Display for FrameError {
         match self {
             Self::Decode(reason) => write!(f, "not a kvroute replica frame: {reason}"),
             Self::Version(v) => write!(f, "replica frame format {v}, this build reads 1"),
+            Self::Bound(what) => write!(f, "replica frame out of bounds: {what}"),
         }
     }
 }
@@ -142,7 +166,66 @@ impl Frame {
         if frame.version != FORMAT_VERSION {
             return Err(FrameError::Version(frame.version));
         }
+        frame.body.check_bounds().map_err(FrameError::Bound)?;
         Ok(frame)
+    }
+}
+
+impl Body {
+    /// Checks every size and number a peer chose against its bound.
+    fn check_bounds(&self) -> Result<(), String> {
+        let seq_ok = |what: &str, seq: u64| match seq <= MAX_SEQ {
+            true => Ok(()),
+            false => Err(format!("{what} {seq} is past {MAX_SEQ}")),
+        };
+        let blocks_ok = |blocks: &Option<Vec<SequenceHash>>| match blocks {
+            Some(blocks) if blocks.len() > MAX_REQUEST_BLOCKS => Err(format!(
+                "{} blocks in one request (at most {MAX_REQUEST_BLOCKS})",
+                blocks.len()
+            )),
+            _ => Ok(()),
+        };
+        match self {
+            Self::Events { first, events } => {
+                if events.is_empty() || events.len() > MAX_FRAME_EVENTS {
+                    return Err(format!("{} events (1..={MAX_FRAME_EVENTS})", events.len()));
+                }
+                if *first == 0 {
+                    return Err("change number 0 (changes count from 1)".into());
+                }
+                let last = first.checked_add(events.len() as u64 - 1).unwrap_or(u64::MAX);
+                seq_ok("change number", last)?;
+                for event in events {
+                    if let crate::sequences::SequenceEventData::AddRequest { blocks, .. } =
+                        &event.data
+                    {
+                        blocks_ok(blocks)?;
+                    }
+                }
+                Ok(())
+            }
+            Self::Beat { last_seq } => seq_ok("heartbeat count", *last_seq),
+            Self::Hello => Ok(()),
+            Self::Snapshot { seq, part, requests, .. } => {
+                seq_ok("snapshot change number", *seq)?;
+                if *part >= MAX_SNAPSHOT_PARTS {
+                    return Err(format!("snapshot part {part} (at most {MAX_SNAPSHOT_PARTS})"));
+                }
+                if requests.len() > MAX_SNAPSHOT_REQUESTS {
+                    return Err(format!("{} requests in one part", requests.len()));
+                }
+                for state in requests {
+                    blocks_ok(&state.blocks)?;
+                    if state.output_blocks > MAX_OUTPUT_BLOCKS {
+                        return Err(format!(
+                            "{} decoded blocks in one request (at most {MAX_OUTPUT_BLOCKS})",
+                            state.output_blocks
+                        ));
+                    }
+                }
+                Ok(())
+            }
+        }
     }
 }
 
@@ -208,6 +291,57 @@ mod tests {
         for end in 0..bytes.len() {
             assert!(Frame::decode(&bytes[..end]).is_err());
         }
+    }
+}
+
+#[cfg(test)]
+mod bound_tests {
+    use super::*;
+    use crate::sequences::SequenceEventData;
+
+    fn free() -> SequenceEvent {
+        SequenceEvent {
+            router_id: 3,
+            request_id: RequestId::from("r"),
+            worker: Worker::new(1, 0),
+            data: SequenceEventData::Free,
+        }
+    }
+
+    fn state(output_blocks: u32, blocks: usize) -> RequestState {
+        RequestState {
+            request_id: "a".into(),
+            worker: Worker::new(1, 0),
+            blocks: Some(vec![SequenceHash(1); blocks]),
+            isl: 5,
+            overlap: 0,
+            prefill_completed: true,
+            output_blocks,
+        }
+    }
+
+    fn refused(body: Body) -> bool {
+        matches!(Frame::decode(&Frame::new(3, 1, body).encode()), Err(FrameError::Bound(_)))
+    }
+
+    #[test]
+    fn every_size_a_peer_chooses_is_bounded_at_decode() {
+        // Change numbers that would overflow `n + 1`, or count from 0.
+        assert!(refused(Body::Events { first: u64::MAX, events: vec![free()] }));
+        assert!(refused(Body::Events { first: MAX_SEQ, events: vec![free(), free()] }));
+        assert!(refused(Body::Events { first: 0, events: vec![free()] }));
+        assert!(refused(Body::Events { first: 1, events: vec![] }));
+        assert!(refused(Body::Events { first: 1, events: vec![free(); MAX_FRAME_EVENTS + 1] }));
+        assert!(refused(Body::Beat { last_seq: u64::MAX }));
+        // Snapshot sizes: progress, blocks, parts, change number.
+        let snapshot = |seq, part, requests| Body::Snapshot { seq, part, last: true, requests };
+        assert!(refused(snapshot(1, 0, vec![state(u32::MAX, 1)])));
+        assert!(refused(snapshot(1, 0, vec![state(0, MAX_REQUEST_BLOCKS + 1)])));
+        assert!(refused(snapshot(1, MAX_SNAPSHOT_PARTS, vec![])));
+        assert!(refused(snapshot(u64::MAX, 0, vec![])));
+        // What a replica really sends passes.
+        assert!(!refused(Body::Events { first: MAX_SEQ, events: vec![free()] }));
+        assert!(!refused(snapshot(MAX_SEQ, 3, vec![state(MAX_OUTPUT_BLOCKS, 4)])));
     }
 }
 

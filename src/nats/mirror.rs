@@ -11,6 +11,20 @@ use std::time::{Duration, Instant};
 use super::frame::RequestState;
 use crate::sequences::{RequestId, SequenceEvent, SequenceEventData};
 
+/// One event for the local tracker, `times` times over: a request's progress travels as a
+/// count (a snapshot saying "40 blocks decoded" is one entry, not 40 events).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Change {
+    pub(crate) event: SequenceEvent,
+    pub(crate) times: u32,
+}
+
+impl Change {
+    pub(crate) fn once(event: SequenceEvent) -> Self {
+        Self { event, times: 1 }
+    }
+}
+
 /// One replica's requests in flight, with when each was added (to forget them on expiry, as
 /// the trackers do).
 #[derive(Debug, Default)]
@@ -51,6 +65,19 @@ impl Mirror {
         }
     }
 
+    /// Applies a [`Change`]: its event `times` times over (progress as one addition).
+    pub(crate) fn apply_change(&mut self, change: &Change, now: Instant) {
+        match change.event.data {
+            SequenceEventData::AddOutputBlock => {
+                if let Some((state, _)) = self.requests.get_mut(&change.event.request_id) {
+                    state.output_blocks = state.output_blocks.saturating_add(change.times);
+                }
+            }
+            _ if change.times > 0 => self.apply(&change.event, now),
+            _ => {}
+        }
+    }
+
     /// Forgets requests added more than `expiry` ago (the trackers drop them on their own).
     pub(crate) fn expire(&mut self, now: Instant, expiry: Duration) {
         self.requests.retain(|_, (_, added)| now.saturating_duration_since(*added) < expiry);
@@ -66,9 +93,9 @@ impl Mirror {
     }
 
     /// Frees every request (as events of `origin`) and forgets them.
-    pub(crate) fn clear(&mut self, origin: u64, out: &mut Vec<SequenceEvent>) {
+    pub(crate) fn clear(&mut self, origin: u64, out: &mut Vec<Change>) {
         for (id, (state, _)) in self.requests.drain() {
-            out.push(event(origin, id, &state, SequenceEventData::Free));
+            out.push(Change::once(event(origin, id, &state, SequenceEventData::Free)));
         }
     }
 
@@ -80,7 +107,7 @@ impl Mirror {
         origin: u64,
         target: Vec<RequestState>,
         now: Instant,
-        out: &mut Vec<SequenceEvent>,
+        out: &mut Vec<Change>,
     ) {
         let mut old = std::mem::take(&mut self.requests);
         for state in target {
@@ -88,26 +115,25 @@ impl Mirror {
             match old.remove(&id) {
                 Some((before, added)) if same_request(&before, &state) => {
                     if state.prefill_completed && !before.prefill_completed {
-                        out.push(event(
+                        out.push(Change::once(event(
                             origin,
                             id.clone(),
                             &state,
                             SequenceEventData::MarkPrefillCompleted,
-                        ));
+                        )));
                     }
-                    for _ in before.output_blocks..state.output_blocks {
-                        out.push(event(
-                            origin,
-                            id.clone(),
-                            &state,
-                            SequenceEventData::AddOutputBlock,
-                        ));
+                    let decoded = state.output_blocks - before.output_blocks;
+                    if decoded > 0 {
+                        let data = SequenceEventData::AddOutputBlock;
+                        let progress = event(origin, id.clone(), &state, data);
+                        out.push(Change { event: progress, times: decoded });
                     }
                     self.requests.insert(id, (state, added));
                 }
                 before => {
                     if let Some((before, _)) = before {
-                        out.push(event(origin, id.clone(), &before, SequenceEventData::Free));
+                        let free = event(origin, id.clone(), &before, SequenceEventData::Free);
+                        out.push(Change::once(free));
                     }
                     push_whole(origin, &state, out);
                     self.requests.insert(id, (state, now));
@@ -115,7 +141,7 @@ impl Mirror {
             }
         }
         for (id, (state, _)) in old {
-            out.push(event(origin, id, &state, SequenceEventData::Free));
+            out.push(Change::once(event(origin, id, &state, SequenceEventData::Free)));
         }
     }
 }
@@ -131,19 +157,21 @@ fn same_request(before: &RequestState, after: &RequestState) -> bool {
 }
 
 /// The events that add `state` from nothing.
-pub(crate) fn push_whole(origin: u64, state: &RequestState, out: &mut Vec<SequenceEvent>) {
+pub(crate) fn push_whole(origin: u64, state: &RequestState, out: &mut Vec<Change>) {
     let add = SequenceEventData::AddRequest {
         blocks: state.blocks.clone(),
         isl: state.isl,
         overlap: state.overlap,
     };
     let id = &state.request_id;
-    out.push(event(origin, id.clone(), state, add));
+    out.push(Change::once(event(origin, id.clone(), state, add)));
     if state.prefill_completed {
-        out.push(event(origin, id.clone(), state, SequenceEventData::MarkPrefillCompleted));
+        let data = SequenceEventData::MarkPrefillCompleted;
+        out.push(Change::once(event(origin, id.clone(), state, data)));
     }
-    for _ in 0..state.output_blocks {
-        out.push(event(origin, id.clone(), state, SequenceEventData::AddOutputBlock));
+    if state.output_blocks > 0 {
+        let progress = event(origin, id.clone(), state, SequenceEventData::AddOutputBlock);
+        out.push(Change { event: progress, times: state.output_blocks });
     }
 }
 
@@ -215,13 +243,16 @@ mod tests {
         for e in [&a, &b, &c] {
             replayed.apply(e, now);
         }
-        for e in &out {
-            replayed.apply(e, now);
+        for change in &out {
+            for _ in 0..change.times {
+                replayed.apply(&change.event, now);
+            }
         }
         assert_eq!(sorted(&replayed), sorted(&truth));
-        // Progress of a kept request is sent as progress, not as a re-add.
-        let about_a = out.iter().filter(|e| e.request_id.as_str() == "a").count();
-        assert_eq!(about_a, 3);
+        // Progress of a kept request is sent as progress (one counted entry), not as a re-add.
+        let about_a: Vec<_> = out.iter().filter(|c| c.event.request_id.as_str() == "a").collect();
+        assert_eq!(about_a.len(), 2);
+        assert_eq!(about_a[1].times, 2);
     }
 
     #[test]
@@ -236,6 +267,10 @@ mod tests {
         mirror.clear(4, &mut out);
         assert_eq!(mirror.len(), 0);
         assert_eq!(out.len(), 1);
-        assert_eq!((out[0].router_id, out[0].data.clone()), (4, SequenceEventData::Free));
+        assert_eq!(out[0].times, 1);
+        assert_eq!(
+            (out[0].event.router_id, out[0].event.data.clone()),
+            (4, SequenceEventData::Free)
+        );
     }
 }

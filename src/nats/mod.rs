@@ -64,6 +64,8 @@
 
 mod config;
 mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 mod mirror;
 mod publisher;
 mod replica;

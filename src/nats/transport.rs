@@ -14,7 +14,7 @@ use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot};
 
 use super::config::{NatsConfig, NatsError};
-use super::frame::{Body, Frame, RequestState, Subjects, approx_event_size};
+use super::frame::{Body, Frame, MAX_SNAPSHOT_PARTS, RequestState, Subjects, approx_event_size};
 use super::mirror::Mirror;
 use super::sink::PeerSink;
 use super::stats::Counters;
@@ -39,6 +39,7 @@ const MAX_PART_BYTES: usize = 256 * 1024;
 /// inside the server's default 1 MiB payload limit, and short enough not to delay the first.
 const MAX_BATCH_BYTES: usize = 64 * 1024;
 const MAX_BATCH_EVENTS: usize = 1024;
+const _: () = assert!(MAX_BATCH_EVENTS <= super::frame::MAX_FRAME_EVENTS);
 
 /// The channels the task reads.
 pub(crate) struct Inputs {
@@ -182,7 +183,7 @@ impl Transport {
                     Some(Control::Attach(sink)) if self.sink.is_none() => {
                         streams = self.client.subscribe(self.subjects.all_streams()).await.ok();
                         hellos = self.client.subscribe(self.subjects.hello()).await.ok();
-                        answers = self.client.subscribe(self.inbox.clone()).await.ok();
+                        answers = self.client.subscribe(format!("{}.*", self.inbox)).await.ok();
                         self.sink = Some(sink);
                         self.hello().await;
                     }
@@ -294,27 +295,34 @@ impl Transport {
     }
 
     async fn on_snapshot(&mut self, message: Message) {
+        // The reply subject's last token names the request this answers.
+        let token = message.subject.rsplit('.').next().and_then(|token| token.parse().ok());
+        let Some(token) = token else { return };
         let Some(frame) = self.decode(&message) else { return };
         let mut actions = Actions::default();
-        self.views.on_snapshot(frame, Instant::now(), &self.counters, &mut actions);
+        self.views.on_snapshot(token, frame, Instant::now(), &self.counters, &mut actions);
         self.act(actions).await;
     }
 
     /// Hands events to the sink and asks for the snapshots the views need.
     async fn act(&mut self, actions: Actions) {
         if let Some(sink) = &self.sink {
-            for event in actions.events {
-                let counter = match sink.apply_peer_event(event) {
-                    Ok(()) => &self.counters.applied,
-                    Err(_) => &self.counters.sink_errors,
-                };
-                Counters::bump(counter);
+            for change in actions.events {
+                for _ in 0..change.times {
+                    let counter = match sink.apply_peer_event(change.event.clone()) {
+                        Ok(()) => &self.counters.applied,
+                        Err(_) => &self.counters.sink_errors,
+                    };
+                    Counters::bump(counter);
+                }
             }
         }
-        for origin in actions.ask {
+        for (origin, token) in actions.ask {
             let subject = self.subjects.snapshot(origin);
-            // Unanswered (also unsent) requests are asked again after the timeout.
-            self.send(subject, Some(self.inbox.clone()), Vec::new()).await;
+            // Each request its own reply subject, so an earlier request's late answer is
+            // told apart. Unanswered (also unsent) requests are asked again after the timeout.
+            let reply = format!("{}.{token}", self.inbox);
+            self.send(subject, Some(reply), Vec::new()).await;
         }
         let now = Instant::now();
         self.counters.peers.store(self.views.live_peers(now) as u64, Ordering::Relaxed);
@@ -338,6 +346,10 @@ impl Transport {
         }
         parts.push(part);
         let count = parts.len();
+        if count > MAX_SNAPSHOT_PARTS as usize {
+            // Peers would refuse it: more requests in flight than a snapshot may carry.
+            return;
+        }
         for (part, requests) in parts.into_iter().enumerate() {
             let last = part + 1 == count;
             let body = Body::Snapshot { seq: self.seq, part: part as u32, last, requests };

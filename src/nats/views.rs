@@ -15,24 +15,30 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::frame::{Body, Frame, RequestState};
-use super::mirror::Mirror;
+use super::frame::{Body, Frame, MAX_SNAPSHOT_PROGRESS, MAX_SNAPSHOT_REQUESTS, RequestState};
+use super::mirror::{Change, Mirror};
 use super::stats::Counters;
 use crate::sequences::SequenceEvent;
 
 /// What the transport must do after a frame or a tick.
 #[derive(Debug, Default)]
 pub(crate) struct Actions {
-    /// Events for the local tracker, in order.
-    pub(crate) events: Vec<SequenceEvent>,
-    /// Peers to ask for a snapshot.
-    pub(crate) ask: Vec<u64>,
+    /// Events for the local tracker, in order (progress as a count).
+    pub(crate) events: Vec<Change>,
+    /// Snapshots to ask for: of which peer, and the token its answer must carry (the reply
+    /// subject's last token), so that only the answer to this very request is taken.
+    pub(crate) ask: Vec<(u64, u64)>,
 }
 
 /// A snapshot being received.
 #[derive(Debug)]
 struct Pending {
+    /// Names this request's answer: parts of any other answer (an earlier request's, late)
+    /// are not this one's and leave it alone.
+    token: u64,
     asked: Instant,
+    /// Decoded blocks the parts so far report, all requests together.
+    progress: u64,
     /// The change the snapshot is as of (known from its first part).
     seq: Option<u64>,
     next_part: u32,
@@ -81,16 +87,23 @@ pub(crate) struct PeerViews {
     /// snapshots and not waited for, until it is heard again.
     silence: Duration,
     buffer_limit: usize,
+    /// The token of the last snapshot asked (tokens never repeat).
+    last_token: u64,
 }
 
 impl PeerViews {
     pub(crate) fn new(snapshot_timeout: Duration, silence: Duration, buffer_limit: usize) -> Self {
         let buffer_limit = buffer_limit.max(1);
-        Self { views: HashMap::new(), snapshot_timeout, silence, buffer_limit }
+        Self { views: HashMap::new(), snapshot_timeout, silence, buffer_limit, last_token: 0 }
     }
 
     fn live(&self, view: &View, now: Instant) -> bool {
         now.saturating_duration_since(view.heard) < self.silence
+    }
+
+    /// What this replica believes `origin` holds.
+    pub(crate) fn mirror(&self, origin: u64) -> Option<&Mirror> {
+        self.views.get(&origin).map(|view| &view.mirror)
     }
 
     /// Peers heard from lately.
@@ -112,15 +125,20 @@ impl PeerViews {
         out: &mut Actions,
     ) {
         let (origin, limit) = (frame.origin, self.buffer_limit);
-        let Some(view) = self.view(origin, frame.incarnation, now, stats, out) else { return };
+        let tokens = &mut self.last_token;
+        let views = &mut self.views;
+        let Some(view) = view(views, origin, frame.incarnation, now, stats, out) else { return };
         match frame.body {
             Body::Events { first, events } => {
-                if events.iter().any(|event| event.router_id != origin) {
+                // Numbers past `u64::MAX` (refused at decode as well) are not a change's.
+                let numbered = first > 0 && first.checked_add(events.len() as u64).is_some();
+                if !numbered || events.iter().any(|event| event.router_id != origin) {
                     Counters::bump(&stats.decode_errors);
                     return;
                 }
-                for (seq, event) in (first..).zip(events) {
-                    on_event(view, origin, seq, event, limit, now, stats, out);
+                let mut at = At { origin, now, tokens, stats, out };
+                for (offset, event) in (0..).zip(events) {
+                    on_event(view, first + offset, event, limit, &mut at);
                 }
             }
             Body::Beat { last_seq } => {
@@ -128,21 +146,23 @@ impl PeerViews {
                     if last_seq > view.applied {
                         Counters::bump(&stats.gaps);
                         view.synced = false;
-                        ask(view, origin, now, stats, out);
+                        ask(view, origin, now, tokens, stats, out);
                     }
                 } else if last_seq == 0 && view.untouched() && view.pending.is_none() {
                     view.synced = true;
                 } else {
-                    ask(view, origin, now, stats, out);
+                    ask(view, origin, now, tokens, stats, out);
                 }
             }
             Body::Hello | Body::Snapshot { .. } => {}
         }
     }
 
-    /// Handles one part of a snapshot this replica asked for.
+    /// Handles one part of a snapshot this replica asked for, received with reply token
+    /// `token`.
     pub(crate) fn on_snapshot(
         &mut self,
+        token: u64,
         frame: Frame,
         now: Instant,
         stats: &Counters,
@@ -155,13 +175,24 @@ impl PeerViews {
             return;
         }
         let Some(pending) = &mut view.pending else { return };
-        if part != pending.next_part || pending.seq.is_some_and(|s| s != seq) {
-            // A part of another answer, or one lost: give this answer up, ask again on a tick.
+        if token != pending.token {
+            // The answer to an earlier request (given up): not this one's, and no harm to it.
+            Counters::bump(&stats.stale);
+            return;
+        }
+        let progress = requests.iter().map(|state| u64::from(state.output_blocks)).sum::<u64>();
+        if part != pending.next_part
+            || pending.seq.is_some_and(|s| s != seq)
+            || pending.requests.len() + requests.len() > MAX_SNAPSHOT_REQUESTS
+            || pending.progress + progress > MAX_SNAPSHOT_PROGRESS
+        {
+            // A part lost, or an answer past the bounds: give it up, ask again on a tick.
             view.pending = None;
             return;
         }
         pending.seq = Some(seq);
         pending.next_part += 1;
+        pending.progress += progress;
         pending.requests.extend(requests);
         if !last {
             return;
@@ -177,7 +208,7 @@ impl PeerViews {
             if seq <= view.applied {
                 continue;
             }
-            if seq == view.applied + 1 {
+            if Some(seq) == view.applied.checked_add(1) {
                 apply(view, seq, event, now, out);
                 continue;
             }
@@ -188,7 +219,7 @@ impl PeerViews {
         }
         view.buffered.extend(rest);
         if !view.synced {
-            ask(view, origin, now, stats, out);
+            ask(view, origin, now, &mut self.last_token, stats, out);
         }
     }
 
@@ -215,74 +246,80 @@ impl PeerViews {
                 view.pending = None;
             }
             if !view.synced {
-                ask(view, origin, now, stats, out);
+                ask(view, origin, now, &mut self.last_token, stats, out);
             }
         }
     }
-
-    /// The view of `origin`, after handling a change of incarnation; `None` for a frame of an
-    /// incarnation older than the one known (a stale message of a replica that restarted).
-    fn view(
-        &mut self,
-        origin: u64,
-        incarnation: u64,
-        now: Instant,
-        stats: &Counters,
-        out: &mut Actions,
-    ) -> Option<&mut View> {
-        let view = self.views.entry(origin).or_insert_with(|| View::new(incarnation, now));
-        if incarnation < view.incarnation {
-            Counters::bump(&stats.stale);
-            return None;
-        }
-        if incarnation > view.incarnation {
-            // The peer restarted with nothing in flight: what it had is gone everywhere.
-            Counters::bump(&stats.peer_restarts);
-            view.mirror.clear(origin, &mut out.events);
-            *view = View::new(incarnation, now);
-        }
-        view.heard = now;
-        Some(view)
-    }
 }
 
-/// Handles change `seq` of peer `origin`.
-#[allow(clippy::too_many_arguments)]
-fn on_event(
-    view: &mut View,
+/// The view of `origin`, after handling a change of incarnation; `None` for a frame of an
+/// incarnation older than the one known (a stale message of a replica that restarted).
+fn view<'a>(
+    views: &'a mut HashMap<u64, View>,
     origin: u64,
-    seq: u64,
-    event: SequenceEvent,
-    limit: usize,
+    incarnation: u64,
     now: Instant,
     stats: &Counters,
     out: &mut Actions,
-) {
+) -> Option<&'a mut View> {
+    let view = views.entry(origin).or_insert_with(|| View::new(incarnation, now));
+    if incarnation < view.incarnation {
+        Counters::bump(&stats.stale);
+        return None;
+    }
+    if incarnation > view.incarnation {
+        // The peer restarted with nothing in flight: what it had is gone everywhere.
+        Counters::bump(&stats.peer_restarts);
+        view.mirror.clear(origin, &mut out.events);
+        *view = View::new(incarnation, now);
+    }
+    view.heard = now;
+    Some(view)
+}
+
+/// Where a peer's frame is handled: which peer, when, and where results go.
+struct At<'a> {
+    origin: u64,
+    now: Instant,
+    tokens: &'a mut u64,
+    stats: &'a Counters,
+    out: &'a mut Actions,
+}
+
+impl At<'_> {
+    fn ask(&mut self, view: &mut View) {
+        ask(view, self.origin, self.now, self.tokens, self.stats, self.out);
+    }
+}
+
+/// Handles change `seq` of the peer `at` names.
+fn on_event(view: &mut View, seq: u64, event: SequenceEvent, limit: usize, at: &mut At<'_>) {
+    let stats = at.stats;
     if view.synced {
         if seq <= view.applied {
             Counters::bump(&stats.duplicates);
-        } else if seq == view.applied + 1 {
-            apply(view, seq, event, now, out);
+        } else if Some(seq) == view.applied.checked_add(1) {
+            apply(view, seq, event, at.now, at.out);
         } else {
             Counters::bump(&stats.gaps);
             view.synced = false;
             buffer(view, seq, event, limit, stats);
-            ask(view, origin, now, stats, out);
+            at.ask(view);
         }
     } else if seq == 1 && view.untouched() && view.pending.is_none() {
         // First contact at the peer's first change: its whole history is here.
         view.synced = true;
-        apply(view, seq, event, now, out);
+        apply(view, seq, event, at.now, at.out);
     } else {
         buffer(view, seq, event, limit, stats);
-        ask(view, origin, now, stats, out);
+        at.ask(view);
     }
 }
 
 fn apply(view: &mut View, seq: u64, event: SequenceEvent, now: Instant, out: &mut Actions) {
     view.mirror.apply(&event, now);
     view.applied = seq;
-    out.events.push(event);
+    out.events.push(Change::once(event));
 }
 
 fn buffer(view: &mut View, seq: u64, event: SequenceEvent, limit: usize, stats: &Counters) {
@@ -295,12 +332,28 @@ fn buffer(view: &mut View, seq: u64, event: SequenceEvent, limit: usize, stats: 
     view.buffered.push((seq, event));
 }
 
-/// Asks `origin` for a snapshot unless one is on its way.
-fn ask(view: &mut View, origin: u64, now: Instant, stats: &Counters, out: &mut Actions) {
+/// Asks `origin` for a snapshot unless one is on its way; the request gets the next token.
+fn ask(
+    view: &mut View,
+    origin: u64,
+    now: Instant,
+    last_token: &mut u64,
+    stats: &Counters,
+    out: &mut Actions,
+) {
     if view.pending.is_none() {
-        view.pending = Some(Pending { asked: now, seq: None, next_part: 0, requests: Vec::new() });
+        *last_token += 1;
+        let token = *last_token;
+        view.pending = Some(Pending {
+            token,
+            asked: now,
+            progress: 0,
+            seq: None,
+            next_part: 0,
+            requests: Vec::new(),
+        });
         Counters::bump(&stats.snapshots_requested);
-        out.ask.push(origin);
+        out.ask.push((origin, token));
     }
 }
 

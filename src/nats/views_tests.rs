@@ -55,6 +55,14 @@ struct Harness {
     views: PeerViews,
     stats: Counters,
     now: Instant,
+    /// The token of the last snapshot asked: what the peer's answer carries.
+    token: u64,
+}
+
+/// Actions as the tests read them: events expanded (progress counted out), peers asked.
+struct Out {
+    events: Vec<SequenceEvent>,
+    ask: Vec<u64>,
 }
 
 impl Harness {
@@ -63,30 +71,48 @@ impl Harness {
             views: PeerViews::new(Duration::from_secs(2), Duration::from_secs(5), 100),
             stats: Counters::default(),
             now: Instant::now(),
+            token: 0,
         }
     }
 
-    fn stream(&mut self, frame: Frame) -> Actions {
+    fn out(&mut self, actions: Actions) -> Out {
+        let mut events = Vec::new();
+        for change in actions.events {
+            events.extend((0..change.times).map(|_| change.event.clone()));
+        }
+        if let Some(&(_, token)) = actions.ask.last() {
+            self.token = token;
+        }
+        Out { events, ask: actions.ask.iter().map(|&(origin, _)| origin).collect() }
+    }
+
+    fn stream(&mut self, frame: Frame) -> Out {
         let mut out = Actions::default();
         self.views.on_stream(frame, self.now, &self.stats, &mut out);
-        out
+        self.out(out)
     }
 
-    fn snapshot(&mut self, frame: Frame) -> Actions {
+    /// A part of the answer to the last snapshot asked.
+    fn snapshot(&mut self, frame: Frame) -> Out {
+        self.answer(self.token, frame)
+    }
+
+    /// A part of the answer to the request with `token`.
+    fn answer(&mut self, token: u64, frame: Frame) -> Out {
         let mut out = Actions::default();
-        self.views.on_snapshot(frame, self.now, &self.stats, &mut out);
-        out
+        self.views.on_snapshot(token, frame, self.now, &self.stats, &mut out);
+        self.out(out)
     }
 
-    fn tick(&mut self, after: Duration) -> Actions {
+    fn tick(&mut self, after: Duration) -> Out {
         self.now += after;
         let mut out = Actions::default();
         self.views.tick(self.now, Duration::from_secs(300), &self.stats, &mut out);
-        out
+        self.out(out)
     }
 }
 
-fn ids(actions: &Actions) -> Vec<(String, &'static str)> {
+fn ids(actions: &Out) -> Vec<(String, &'static str)> {
     actions
         .events
         .iter()
@@ -241,4 +267,90 @@ fn a_batch_applies_change_by_change() {
     let out = h.stream(batch(3, vec![free("a"), add("c")]));
     assert_eq!(ids(&out), [("c".into(), "add")]);
     assert_eq!(h.stats.duplicates.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn change_numbers_at_the_top_of_u64_are_refused_not_a_panic() {
+    let mut h = Harness::new();
+    h.stream(event(1, 1, add("a")));
+    let top = Frame::new(PEER, 1, Body::Events { first: u64::MAX, events: vec![add("b")] });
+    assert!(h.stream(top).events.is_empty());
+    let wraps =
+        Frame::new(PEER, 1, Body::Events { first: u64::MAX - 1, events: vec![add("c"); 2] });
+    assert!(h.stream(wraps).events.is_empty());
+    assert_eq!(h.stats.decode_errors.load(Ordering::Relaxed), 2);
+    // The stream goes on where it was.
+    assert_eq!(ids(&h.stream(event(1, 2, add("d")))), [("d".into(), "add")]);
+    assert!(h.views.all_synced(h.now));
+}
+
+#[test]
+fn a_late_answer_to_an_earlier_request_is_not_taken_for_the_current_one() {
+    let mut h = Harness::new();
+    h.stream(event(1, 1, add("a")));
+    h.stream(event(1, 2, add("b")));
+    // A gap: the first request goes unanswered in time, a second is asked.
+    assert_eq!(h.stream(event(1, 4, add("d"))).ask, [PEER]);
+    let first = h.token;
+    assert_eq!(h.tick(Duration::from_secs(3)).ask, [PEER]);
+    let second = h.token;
+    assert_ne!(first, second);
+    // The first request's answer arrives now, late, as of change 1 (older than applied).
+    assert!(h.answer(first, snapshot(1, 1, 0, true, &["a"])).events.is_empty());
+    assert!(!h.views.all_synced(h.now));
+    // The second request's answer is taken.
+    let out = h.answer(second, snapshot(1, 3, 0, true, &["a", "b", "c"]));
+    assert_eq!(ids(&out), [("c".into(), "add"), ("d".into(), "add")]);
+    assert!(h.views.all_synced(h.now));
+}
+
+#[test]
+fn parts_of_two_answers_interleaving_leave_the_current_one_whole() {
+    let mut h = Harness::new();
+    assert_eq!(h.stream(beat(1, 5)).ask, [PEER]);
+    let first = h.token;
+    assert_eq!(h.tick(Duration::from_secs(3)).ask, [PEER]);
+    let second = h.token;
+    // Both answers stream into the inbox at once, part by part.
+    h.answer(first, snapshot(1, 4, 0, false, &["a"]));
+    h.answer(second, snapshot(1, 5, 0, false, &["a"]));
+    h.answer(first, snapshot(1, 4, 1, false, &["b"]));
+    h.answer(second, snapshot(1, 5, 1, false, &["b"]));
+    h.answer(first, snapshot(1, 4, 2, true, &[]));
+    let out = h.answer(second, snapshot(1, 5, 2, true, &["c"]));
+    let mut got = ids(&out);
+    got.sort();
+    assert_eq!(got, [("a".into(), "add"), ("b".into(), "add"), ("c".into(), "add")]);
+    assert!(h.views.all_synced(h.now));
+}
+
+#[test]
+fn snapshot_progress_is_bounded_and_carried_as_a_count() {
+    let mut h = Harness::new();
+    assert_eq!(h.stream(beat(1, 5)).ask, [PEER]);
+    let busy = |blocks| RequestState { output_blocks: blocks, ..state("a") };
+    let frame = |part, last, blocks| {
+        let requests =
+            vec![RequestState { request_id: format!("r{part}").as_str().into(), ..busy(blocks) }];
+        Frame::new(PEER, 1, Body::Snapshot { seq: 5, part, last, requests })
+    };
+    // Parts whose progress together passes the bound: the answer is given up, nothing applied.
+    let per_part = super::super::frame::MAX_OUTPUT_BLOCKS;
+    let parts = (MAX_SNAPSHOT_PROGRESS / u64::from(per_part)) as u32 + 1;
+    for part in 0..parts {
+        assert!(h.snapshot(frame(part, part + 1 == parts, per_part)).events.is_empty());
+    }
+    assert!(!h.views.all_synced(h.now));
+    // A real answer's progress arrives as one counted change.
+    assert_eq!(h.tick(Duration::from_secs(1)).ask, [PEER]);
+    let mut actions = Actions::default();
+    h.views.on_snapshot(h.token, frame(0, true, 40), h.now, &h.stats, &mut actions);
+    let progress: Vec<_> = actions
+        .events
+        .iter()
+        .filter(|change| change.event.data == SequenceEventData::AddOutputBlock)
+        .map(|change| change.times)
+        .collect();
+    assert_eq!(progress, [40]);
+    assert!(h.views.all_synced(h.now));
 }
