@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::event::{KvEventData, RouterEvent, StorageTier, Worker, WorkerId};
 
-use super::config::RecoveryConfig;
+use super::config::{MAX_BACKOFF, RecoveryConfig};
 use super::cursor::{Cursor, Verdict};
 use super::source::{Recovered, RecoveryError};
 use super::stats::{RecoveryStats, StreamStats};
@@ -215,9 +215,13 @@ impl RecoveryState {
             }
             (JobKind::Since(from), Ok(Recovered::Events(events))) => {
                 let Cursor::Live(last) = stream.cursor else {
-                    unreachable!("an incremental fetch starts only from a live cursor")
+                    // The cursor was replaced under the fetch (a restore resets the phase, so
+                    // this is defensive): the result answers a question no longer asked.
+                    stream.stats.discarded_results += 1;
+                    stream.start(JobKind::Full, now);
+                    return;
                 };
-                let mut source_last = from - 1;
+                let mut source_last = from.saturating_sub(1);
                 for event in events {
                     let id = event.event.event_id;
                     if event.worker() == worker && event.tier == tier {
@@ -269,9 +273,19 @@ impl RecoveryState {
     }
 
     /// Starts the streams from a snapshot's cursors (live, nothing buffered or pending).
+    ///
+    /// A fetch in flight answered for the state the snapshot replaces: the epoch moves on so its
+    /// result is discarded, and what was buffered for it goes too (the cursor now says what the
+    /// index holds, and the next event finds any gap against it).
     pub(crate) fn restore_cursors(&mut self, cursors: &[(StreamKey, Cursor)]) {
         for &(key, cursor) in cursors {
-            self.streams.entry(key).or_insert_with(Stream::new).cursor = cursor;
+            let stream = self.streams.entry(key).or_insert_with(Stream::new);
+            stream.cursor = cursor;
+            stream.epoch += 1;
+            stream.phase = Phase::Live;
+            stream.failures = 0;
+            stream.buffer.clear();
+            stream.gap_since = None;
         }
     }
 
@@ -341,12 +355,16 @@ fn barrier(stream: &mut Stream, event: RouterEvent, now: Instant, out: &mut Vec<
 /// recovery from the first missing id; left empty, the stream is live and its gap healed.
 fn drain(stream: &mut Stream, now: Instant, out: &mut Vec<Action>) {
     let Cursor::Live(mut last) = stream.cursor else { return };
-    // The already-applied prefix goes in one step.
-    let keep = stream.buffer.split_off(&(last + 1));
+    // The already-applied prefix goes in one step (at the last id there is no next one: all of
+    // the buffer is applied already).
+    let keep = match last.checked_add(1) {
+        Some(next) => stream.buffer.split_off(&next),
+        None => BTreeMap::new(),
+    };
     stream.stats.duplicates += stream.buffer.len() as u64;
     stream.buffer = keep;
     while let Some(entry) = stream.buffer.first_entry() {
-        if *entry.key() != last + 1 {
+        if last.checked_add(1) != Some(*entry.key()) {
             break;
         }
         last += 1;
@@ -364,7 +382,8 @@ fn drain(stream: &mut Stream, now: Instant, out: &mut Vec<Action>) {
     } else {
         stream.stats.gaps += 1;
         let since = stream.gap_since;
-        stream.start(JobKind::Since(last + 1), now);
+        // Not empty, so something past `last` is buffered: `last` is below `u64::MAX`.
+        stream.start(JobKind::Since(last.saturating_add(1)), now);
         stream.gap_since = since.or(Some(now));
     }
 }
@@ -379,5 +398,7 @@ fn failed(stream: &mut Stream, config: &RecoveryConfig, kind: JobKind, now: Inst
         kind => kind,
     };
     let wait: Duration = config.backoff_after(stream.failures);
-    stream.phase = Phase::Waiting { kind, at: now + wait };
+    // A validated config bounds the wait; saturate anyway rather than overflow an `Instant`.
+    let at = now.checked_add(wait).unwrap_or(now + MAX_BACKOFF);
+    stream.phase = Phase::Waiting { kind, at };
 }

@@ -10,7 +10,7 @@ const W: Worker = Worker::new(1, 0);
 const KEY: StreamKey = (W, StorageTier::Device);
 
 fn stored(id: u64) -> RouterEvent {
-    RouterEvent::stored(W, id, None, vec![StoredBlock::new(id, id + 1_000)])
+    RouterEvent::stored(W, id, None, vec![StoredBlock::new(id, id.wrapping_add(1_000))])
 }
 
 fn applied(actions: &[Action]) -> Vec<u64> {
@@ -207,4 +207,39 @@ fn events_left_over_from_before_a_restart_are_dropped_not_waited_for() {
     let stats = stream(&state);
     assert_eq!((stats.phantoms, stats.recovering, stats.buffered), (1, false, 0));
     assert!(out.is_empty());
+}
+
+#[test]
+fn a_barrier_at_the_last_possible_id_neither_overflows_nor_keeps_stale_events() {
+    let now = Instant::now();
+    let mut state = live_at(u64::MAX - 3, now);
+    let mut out = Vec::new();
+    state.on_event(stored(u64::MAX - 1), || now, &mut out);
+    assert!(out.is_empty(), "past a gap");
+    state.on_event(RouterEvent::cleared(W, u64::MAX), || now, &mut out);
+    assert_eq!(applied(&out), [u64::MAX]);
+    let stats = stream(&state);
+    assert_eq!(
+        (stats.cursor, stats.recovering, stats.buffered),
+        (Cursor::Live(u64::MAX), false, 0)
+    );
+}
+
+#[test]
+fn a_restore_while_a_fetch_is_pending_discards_its_result() {
+    let now = Instant::now();
+    let mut state = live_at(10, now);
+    let mut out = Vec::new();
+    state.on_event(stored(12), || now, &mut out);
+    let jobs = state.due_jobs(now);
+    assert_eq!(jobs[0].kind, JobKind::Since(11));
+    state.restore_cursors(&[(KEY, Cursor::Initial)]);
+    state.on_result(jobs[0], Ok(Recovered::Events(vec![stored(11)])), now, &mut out);
+    assert!(out.is_empty(), "the result answered for the replaced state");
+    let stats = stream(&state);
+    assert_eq!((stats.cursor, stats.recovering, stats.buffered), (Cursor::Initial, false, 0));
+    assert_eq!(stats.discarded_results, 1);
+    // The next event restores the stream from a full dump.
+    state.on_event(stored(13), || now, &mut out);
+    assert_eq!(state.due_jobs(now)[0].kind, JobKind::Full);
 }
