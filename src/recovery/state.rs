@@ -8,7 +8,7 @@
 //! fetch result counts only if its job's epoch is the stream's current one (a barrier, a
 //! restart or a newer fetch bumps the epoch, so stale results are dropped when they return).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::event::{KvEventData, RouterEvent, StorageTier, Worker, WorkerId};
@@ -69,6 +69,9 @@ struct Stream {
     epoch: u64,
     failures: u32,
     gap_since: Option<Instant>,
+    /// The engine hashes the index holds for this stream, when known (from the last dump or
+    /// barrier on): a `Stored` continuing a block outside it comes from another run.
+    held: Option<HashSet<u64, ahash::RandomState>>,
     stats: StreamStats,
 }
 
@@ -82,8 +85,48 @@ impl Stream {
             epoch: 0,
             failures: 0,
             gap_since: None,
+            held: None,
             stats: StreamStats::default(),
         }
+    }
+
+    /// Records what an applied event changes in the blocks the index holds.
+    fn track(&mut self, event: &RouterEvent) {
+        match &event.event.data {
+            KvEventData::Cleared => self.held = Some(HashSet::default()),
+            KvEventData::Stored { blocks, .. } => {
+                if let Some(held) = &mut self.held {
+                    held.extend(blocks.iter().map(|b| b.hash.0));
+                }
+            }
+            KvEventData::Removed { blocks } => {
+                if let Some(held) = &mut self.held {
+                    for block in blocks {
+                        held.remove(&block.0);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A `Stored` that continues a block this stream does not hold: its engine restarted and
+    /// numbers a new run's events from the start (its first ones lost), so ids alone mislead.
+    fn continues_unknown_block(&self, event: &RouterEvent) -> bool {
+        match (&self.held, &event.event.data) {
+            (Some(held), KvEventData::Stored { parent: Some(parent), .. }) => {
+                !held.contains(&parent.0)
+            }
+            _ => false,
+        }
+    }
+
+    /// Drops the stream's state and restores it from a full dump (counted as a restart).
+    fn restarted(&mut self, now: Instant) {
+        self.stats.restarts += 1;
+        self.cursor = Cursor::InvalidatedByBarrier;
+        self.buffer.clear();
+        self.held = None;
+        self.start(JobKind::Full, now);
     }
 
     /// Starts (or restarts) a recovery: any fetch in flight is overtaken.
@@ -128,16 +171,21 @@ impl RecoveryState {
         if matches!(event.event.data, KvEventData::Cleared) && verdict != Verdict::Stale {
             return barrier(stream, event, now(), out);
         }
+        let live = matches!(verdict, Verdict::Stale | Verdict::Apply) && !stream.recovering();
+        if live && stream.continues_unknown_block(&event) {
+            // A new run of the engine whose first events were lost: ids at or below the cursor
+            // would pass for duplicates, and later ones would apply on the old run's state.
+            let now = now();
+            stream.restarted(now);
+            return buffer(stream, event, capacity, now);
+        }
         match verdict {
             Verdict::Stale => stream.stats.duplicates += 1,
             Verdict::Restore => {
                 let now = now();
                 if stream.cursor.last_applied().is_some() {
                     // Numbered from the start again: the worker restarted.
-                    stream.stats.restarts += 1;
-                    stream.cursor = Cursor::InvalidatedByBarrier;
-                    stream.buffer.clear();
-                    stream.start(JobKind::Full, now);
+                    stream.restarted(now);
                 } else if !matches!(stream.phase, Phase::Waiting { kind: JobKind::Full, .. })
                     && !matches!(stream.phase, Phase::Fetching(Job { kind: JobKind::Full, .. }))
                 {
@@ -149,6 +197,7 @@ impl RecoveryState {
                 buffer(stream, event, capacity, now())
             }
             Verdict::Apply => {
+                stream.track(&event);
                 out.push(Action::Apply(event));
                 stream.cursor = Cursor::Live(id);
             }
@@ -206,7 +255,18 @@ impl RecoveryState {
         match (job.kind, result) {
             (_, Ok(Recovered::Dump(dump))) => {
                 out.push(Action::Clear(worker, tier));
-                out.extend(dump.events.into_iter().map(Action::Apply));
+                stream.held = Some(HashSet::default());
+                for event in dump.events {
+                    // A dump's chains may continue blocks it does not list (another tier's):
+                    // the source vouches for them.
+                    if let KvEventData::Stored { parent: Some(parent), .. } = &event.event.data
+                        && let Some(held) = &mut stream.held
+                    {
+                        held.insert(parent.0);
+                    }
+                    stream.track(&event);
+                    out.push(Action::Apply(event));
+                }
                 stream.cursor = Cursor::Live(dump.last_event_id);
                 drop_phantoms(stream, dump.last_event_id, job.issued);
                 stream.stats.restores += 1;
@@ -257,6 +317,7 @@ impl RecoveryState {
         let stream = self.streams.entry(key).or_insert_with(Stream::new);
         stream.cursor = Cursor::InvalidatedByBarrier;
         stream.buffer.clear();
+        stream.held = None;
         stream.start(JobKind::Full, now);
     }
 
@@ -286,6 +347,7 @@ impl RecoveryState {
             stream.failures = 0;
             stream.buffer.clear();
             stream.gap_since = None;
+            stream.held = None;
         }
     }
 
@@ -342,6 +404,7 @@ fn drop_phantoms(stream: &mut Stream, source_last: u64, issued: u64) {
 /// buffered before it and any recovery in flight, and goes on from it.
 fn barrier(stream: &mut Stream, event: RouterEvent, now: Instant, out: &mut Vec<Action>) {
     let id = event.event.event_id;
+    stream.track(&event);
     out.push(Action::Apply(event));
     stream.cursor = Cursor::Live(id);
     stream.epoch += 1;
@@ -368,7 +431,9 @@ fn drain(stream: &mut Stream, now: Instant, out: &mut Vec<Action>) {
             break;
         }
         last += 1;
-        out.push(Action::Apply(entry.remove().1));
+        let event = entry.remove().1;
+        stream.track(&event);
+        out.push(Action::Apply(event));
     }
     stream.cursor = Cursor::Live(last);
     if stream.buffer.is_empty() {

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use super::state::{Action, RecoveryState};
 use super::*;
-use crate::event::{RouterEvent, StorageTier, StoredBlock, Worker};
+use crate::event::{RouterEvent, SequenceHash, StorageTier, StoredBlock, Worker};
 
 const W: Worker = Worker::new(1, 0);
 const KEY: StreamKey = (W, StorageTier::Device);
@@ -242,4 +242,55 @@ fn a_restore_while_a_fetch_is_pending_discards_its_result() {
     // The next event restores the stream from a full dump.
     state.on_event(stored(13), || now, &mut out);
     assert_eq!(state.due_jobs(now)[0].kind, JobKind::Full);
+}
+
+/// A `Stored` of block `hash` continuing `parent`.
+fn chained(id: u64, parent: Option<u64>, hash: u64) -> RouterEvent {
+    RouterEvent::stored(W, id, parent.map(SequenceHash), vec![StoredBlock::new(hash, hash)])
+}
+
+#[test]
+fn a_restart_whose_first_events_were_lost_is_restored_not_taken_for_duplicates() {
+    let now = Instant::now();
+    let mut state = live_at(0, now);
+    let mut out = Vec::new();
+    // Run one: ids 1..=99, one chain.
+    for id in 1..=99 {
+        state.on_event(chained(id, (id > 1).then(|| id - 1), id), || now, &mut out);
+    }
+    assert_eq!(applied(&out).len(), 99);
+    out.clear();
+    // Run two: ids 0 and 1 (blocks 1_000 and 1_001) lost; 2 continues block 1_001.
+    state.on_event(chained(2, Some(1_001), 1_002), || now, &mut out);
+    state.on_event(chained(3, Some(1_002), 1_003), || now, &mut out);
+    assert!(out.is_empty(), "nothing applied on the old run's state");
+    let jobs = state.due_jobs(now);
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].kind, JobKind::Full, "the stream is restored from a full dump");
+    let events = vec![
+        chained(0, None, 1_000),
+        chained(1, Some(1_000), 1_001),
+        chained(2, Some(1_001), 1_002),
+        chained(3, Some(1_002), 1_003),
+    ];
+    let dump = Dump { events, last_event_id: 3 };
+    state.on_result(jobs[0], Ok(Recovered::Dump(dump)), now, &mut out);
+    assert_eq!(out[0], Action::Clear(W, StorageTier::Device));
+    assert_eq!(applied(&out[1..]), [0, 1, 2, 3]);
+    let stats = stream(&state);
+    assert_eq!((stats.cursor, stats.recovering, stats.restarts), (Cursor::Live(3), false, 1));
+}
+
+#[test]
+fn a_duplicate_of_a_chained_event_is_only_a_duplicate() {
+    let now = Instant::now();
+    let mut state = live_at(0, now);
+    let mut out = Vec::new();
+    for id in 1..=5 {
+        state.on_event(chained(id, (id > 1).then(|| id - 1), id), || now, &mut out);
+    }
+    state.on_event(chained(3, Some(2), 3), || now, &mut out);
+    assert_eq!(applied(&out), [1, 2, 3, 4, 5]);
+    assert!(state.due_jobs(now).is_empty());
+    assert_eq!((stream(&state).duplicates, stream(&state).restarts), (1, 0));
 }
