@@ -256,7 +256,10 @@ impl RecoveryState {
             (_, Ok(Recovered::Dump(dump))) => {
                 out.push(Action::Clear(worker, tier));
                 stream.held = Some(HashSet::default());
-                for event in dump.events {
+                // Only the stream's own events, as with fetch-since answers.
+                let own =
+                    dump.events.into_iter().filter(|e| e.worker() == worker && e.tier == tier);
+                for event in own {
                     // A dump's chains may continue blocks it does not list (another tier's):
                     // the source vouches for them.
                     if let KvEventData::Stored { parent: Some(parent), .. } = &event.event.data

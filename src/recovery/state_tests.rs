@@ -294,3 +294,22 @@ fn a_duplicate_of_a_chained_event_is_only_a_duplicate() {
     assert!(state.due_jobs(now).is_empty());
     assert_eq!((stream(&state).duplicates, stream(&state).restarts), (1, 0));
 }
+
+#[test]
+fn a_dump_applies_only_its_own_streams_events() {
+    let now = Instant::now();
+    let mut state = RecoveryState::new(RecoveryConfig::default());
+    let mut out = Vec::new();
+    state.on_event(stored(3), || now, &mut out);
+    let jobs = state.due_jobs(now);
+    assert_eq!(jobs[0].kind, JobKind::Full);
+    state.on_event(stored(5), || now, &mut out);
+    let mut host = stored(4);
+    host.tier = StorageTier::HostPinned;
+    let other = RouterEvent::stored(Worker::new(2, 0), 4, None, vec![StoredBlock::new(9, 9)]);
+    let dump = Dump { events: vec![stored(4), host, other], last_event_id: 4 };
+    state.on_result(jobs[0], Ok(Recovered::Dump(dump)), now, &mut out);
+    assert_eq!(out[0], Action::Clear(W, StorageTier::Device));
+    let rest: Vec<_> = out[1..].iter().collect();
+    assert_eq!(rest, [&Action::Apply(stored(4)), &Action::Apply(stored(5))]);
+}
