@@ -3,6 +3,10 @@
 use std::fmt;
 use std::time::Duration;
 
+/// The longest `max_backoff` a config may ask for: a day. Longer waits are never meant, and
+/// one near `Duration::MAX` would overflow the clock.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// How recovery buffers and retries. [`Default`]: 1,024 buffered events per stream, 3 failed
 /// incremental fetches before a full restore, backoff from 10 ms doubling up to 1 s.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,6 +42,9 @@ impl RecoveryConfig {
         if self.max_backoff < self.backoff {
             return Err(RecoveryConfigError::BackoffAboveMax);
         }
+        if self.max_backoff > MAX_BACKOFF {
+            return Err(RecoveryConfigError::BackoffTooLong);
+        }
         Ok(())
     }
 
@@ -56,6 +63,8 @@ pub enum RecoveryConfigError {
     ZeroBuffer,
     /// `max_backoff` is below `backoff`.
     BackoffAboveMax,
+    /// `max_backoff` is over [`MAX_BACKOFF`].
+    BackoffTooLong,
 }
 
 impl fmt::Display for RecoveryConfigError {
@@ -63,6 +72,7 @@ impl fmt::Display for RecoveryConfigError {
         match self {
             Self::ZeroBuffer => f.write_str("recovery buffer_capacity must be at least 1"),
             Self::BackoffAboveMax => f.write_str("recovery max_backoff is below backoff"),
+            Self::BackoffTooLong => write!(f, "recovery max_backoff is over {MAX_BACKOFF:?}"),
         }
     }
 }
@@ -81,5 +91,17 @@ mod tests {
         assert_eq!(config.backoff_after(u32::MAX), Duration::from_secs(1));
         let bad = RecoveryConfig { buffer_capacity: 0, ..config };
         assert_eq!(bad.validate(), Err(RecoveryConfigError::ZeroBuffer));
+    }
+
+    #[test]
+    fn an_absurd_backoff_is_a_typed_error() {
+        let absurd = RecoveryConfig {
+            backoff: Duration::MAX,
+            max_backoff: Duration::MAX,
+            ..Default::default()
+        };
+        assert_eq!(absurd.validate(), Err(RecoveryConfigError::BackoffTooLong));
+        let day = RecoveryConfig { max_backoff: MAX_BACKOFF, ..Default::default() };
+        assert_eq!(day.validate(), Ok(()));
     }
 }

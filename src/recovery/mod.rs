@@ -35,7 +35,7 @@ mod state;
 mod state_tests;
 mod stats;
 
-pub use config::{RecoveryConfig, RecoveryConfigError};
+pub use config::{MAX_BACKOFF, RecoveryConfig, RecoveryConfigError};
 pub use cursor::{Cursor, Verdict};
 pub use ingest::EventRecovery;
 pub(crate) use ingest::RecoveryCore;

@@ -8,12 +8,12 @@
 //! fetch result counts only if its job's epoch is the stream's current one (a barrier, a
 //! restart or a newer fetch bumps the epoch, so stale results are dropped when they return).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::event::{KvEventData, RouterEvent, StorageTier, Worker, WorkerId};
 
-use super::config::RecoveryConfig;
+use super::config::{MAX_BACKOFF, RecoveryConfig};
 use super::cursor::{Cursor, Verdict};
 use super::source::{Recovered, RecoveryError};
 use super::stats::{RecoveryStats, StreamStats};
@@ -69,6 +69,9 @@ struct Stream {
     epoch: u64,
     failures: u32,
     gap_since: Option<Instant>,
+    /// The engine hashes the index holds for this stream, when known (from the last dump or
+    /// barrier on): a `Stored` continuing a block outside it comes from another run.
+    held: Option<HashSet<u64, ahash::RandomState>>,
     stats: StreamStats,
 }
 
@@ -82,8 +85,48 @@ impl Stream {
             epoch: 0,
             failures: 0,
             gap_since: None,
+            held: None,
             stats: StreamStats::default(),
         }
+    }
+
+    /// Records what an applied event changes in the blocks the index holds.
+    fn track(&mut self, event: &RouterEvent) {
+        match &event.event.data {
+            KvEventData::Cleared => self.held = Some(HashSet::default()),
+            KvEventData::Stored { blocks, .. } => {
+                if let Some(held) = &mut self.held {
+                    held.extend(blocks.iter().map(|b| b.hash.0));
+                }
+            }
+            KvEventData::Removed { blocks } => {
+                if let Some(held) = &mut self.held {
+                    for block in blocks {
+                        held.remove(&block.0);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A `Stored` that continues a block this stream does not hold: its engine restarted and
+    /// numbers a new run's events from the start (its first ones lost), so ids alone mislead.
+    fn continues_unknown_block(&self, event: &RouterEvent) -> bool {
+        match (&self.held, &event.event.data) {
+            (Some(held), KvEventData::Stored { parent: Some(parent), .. }) => {
+                !held.contains(&parent.0)
+            }
+            _ => false,
+        }
+    }
+
+    /// Drops the stream's state and restores it from a full dump (counted as a restart).
+    fn restarted(&mut self, now: Instant) {
+        self.stats.restarts += 1;
+        self.cursor = Cursor::InvalidatedByBarrier;
+        self.buffer.clear();
+        self.held = None;
+        self.start(JobKind::Full, now);
     }
 
     /// Starts (or restarts) a recovery: any fetch in flight is overtaken.
@@ -128,16 +171,21 @@ impl RecoveryState {
         if matches!(event.event.data, KvEventData::Cleared) && verdict != Verdict::Stale {
             return barrier(stream, event, now(), out);
         }
+        let live = matches!(verdict, Verdict::Stale | Verdict::Apply) && !stream.recovering();
+        if live && stream.continues_unknown_block(&event) {
+            // A new run of the engine whose first events were lost: ids at or below the cursor
+            // would pass for duplicates, and later ones would apply on the old run's state.
+            let now = now();
+            stream.restarted(now);
+            return buffer(stream, event, capacity, now);
+        }
         match verdict {
             Verdict::Stale => stream.stats.duplicates += 1,
             Verdict::Restore => {
                 let now = now();
                 if stream.cursor.last_applied().is_some() {
                     // Numbered from the start again: the worker restarted.
-                    stream.stats.restarts += 1;
-                    stream.cursor = Cursor::InvalidatedByBarrier;
-                    stream.buffer.clear();
-                    stream.start(JobKind::Full, now);
+                    stream.restarted(now);
                 } else if !matches!(stream.phase, Phase::Waiting { kind: JobKind::Full, .. })
                     && !matches!(stream.phase, Phase::Fetching(Job { kind: JobKind::Full, .. }))
                 {
@@ -149,6 +197,7 @@ impl RecoveryState {
                 buffer(stream, event, capacity, now())
             }
             Verdict::Apply => {
+                stream.track(&event);
                 out.push(Action::Apply(event));
                 stream.cursor = Cursor::Live(id);
             }
@@ -206,7 +255,21 @@ impl RecoveryState {
         match (job.kind, result) {
             (_, Ok(Recovered::Dump(dump))) => {
                 out.push(Action::Clear(worker, tier));
-                out.extend(dump.events.into_iter().map(Action::Apply));
+                stream.held = Some(HashSet::default());
+                // Only the stream's own events, as with fetch-since answers.
+                let own =
+                    dump.events.into_iter().filter(|e| e.worker() == worker && e.tier == tier);
+                for event in own {
+                    // A dump's chains may continue blocks it does not list (another tier's):
+                    // the source vouches for them.
+                    if let KvEventData::Stored { parent: Some(parent), .. } = &event.event.data
+                        && let Some(held) = &mut stream.held
+                    {
+                        held.insert(parent.0);
+                    }
+                    stream.track(&event);
+                    out.push(Action::Apply(event));
+                }
                 stream.cursor = Cursor::Live(dump.last_event_id);
                 drop_phantoms(stream, dump.last_event_id, job.issued);
                 stream.stats.restores += 1;
@@ -215,9 +278,13 @@ impl RecoveryState {
             }
             (JobKind::Since(from), Ok(Recovered::Events(events))) => {
                 let Cursor::Live(last) = stream.cursor else {
-                    unreachable!("an incremental fetch starts only from a live cursor")
+                    // The cursor was replaced under the fetch (a restore resets the phase, so
+                    // this is defensive): the result answers a question no longer asked.
+                    stream.stats.discarded_results += 1;
+                    stream.start(JobKind::Full, now);
+                    return;
                 };
-                let mut source_last = from - 1;
+                let mut source_last = from.saturating_sub(1);
                 for event in events {
                     let id = event.event.event_id;
                     if event.worker() == worker && event.tier == tier {
@@ -253,6 +320,7 @@ impl RecoveryState {
         let stream = self.streams.entry(key).or_insert_with(Stream::new);
         stream.cursor = Cursor::InvalidatedByBarrier;
         stream.buffer.clear();
+        stream.held = None;
         stream.start(JobKind::Full, now);
     }
 
@@ -269,9 +337,20 @@ impl RecoveryState {
     }
 
     /// Starts the streams from a snapshot's cursors (live, nothing buffered or pending).
+    ///
+    /// A fetch in flight answered for the state the snapshot replaces: the epoch moves on so its
+    /// result is discarded, and what was buffered for it goes too (the cursor now says what the
+    /// index holds, and the next event finds any gap against it).
     pub(crate) fn restore_cursors(&mut self, cursors: &[(StreamKey, Cursor)]) {
         for &(key, cursor) in cursors {
-            self.streams.entry(key).or_insert_with(Stream::new).cursor = cursor;
+            let stream = self.streams.entry(key).or_insert_with(Stream::new);
+            stream.cursor = cursor;
+            stream.epoch += 1;
+            stream.phase = Phase::Live;
+            stream.failures = 0;
+            stream.buffer.clear();
+            stream.gap_since = None;
+            stream.held = None;
         }
     }
 
@@ -328,6 +407,7 @@ fn drop_phantoms(stream: &mut Stream, source_last: u64, issued: u64) {
 /// buffered before it and any recovery in flight, and goes on from it.
 fn barrier(stream: &mut Stream, event: RouterEvent, now: Instant, out: &mut Vec<Action>) {
     let id = event.event.event_id;
+    stream.track(&event);
     out.push(Action::Apply(event));
     stream.cursor = Cursor::Live(id);
     stream.epoch += 1;
@@ -341,16 +421,22 @@ fn barrier(stream: &mut Stream, event: RouterEvent, now: Instant, out: &mut Vec<
 /// recovery from the first missing id; left empty, the stream is live and its gap healed.
 fn drain(stream: &mut Stream, now: Instant, out: &mut Vec<Action>) {
     let Cursor::Live(mut last) = stream.cursor else { return };
-    // The already-applied prefix goes in one step.
-    let keep = stream.buffer.split_off(&(last + 1));
+    // The already-applied prefix goes in one step (at the last id there is no next one: all of
+    // the buffer is applied already).
+    let keep = match last.checked_add(1) {
+        Some(next) => stream.buffer.split_off(&next),
+        None => BTreeMap::new(),
+    };
     stream.stats.duplicates += stream.buffer.len() as u64;
     stream.buffer = keep;
     while let Some(entry) = stream.buffer.first_entry() {
-        if *entry.key() != last + 1 {
+        if last.checked_add(1) != Some(*entry.key()) {
             break;
         }
         last += 1;
-        out.push(Action::Apply(entry.remove().1));
+        let event = entry.remove().1;
+        stream.track(&event);
+        out.push(Action::Apply(event));
     }
     stream.cursor = Cursor::Live(last);
     if stream.buffer.is_empty() {
@@ -364,7 +450,8 @@ fn drain(stream: &mut Stream, now: Instant, out: &mut Vec<Action>) {
     } else {
         stream.stats.gaps += 1;
         let since = stream.gap_since;
-        stream.start(JobKind::Since(last + 1), now);
+        // Not empty, so something past `last` is buffered: `last` is below `u64::MAX`.
+        stream.start(JobKind::Since(last.saturating_add(1)), now);
         stream.gap_since = since.or(Some(now));
     }
 }
@@ -379,5 +466,7 @@ fn failed(stream: &mut Stream, config: &RecoveryConfig, kind: JobKind, now: Inst
         kind => kind,
     };
     let wait: Duration = config.backoff_after(stream.failures);
-    stream.phase = Phase::Waiting { kind, at: now + wait };
+    // A validated config bounds the wait; saturate anyway rather than overflow an `Instant`.
+    let at = now.checked_add(wait).unwrap_or(now + MAX_BACKOFF);
+    stream.phase = Phase::Waiting { kind, at };
 }

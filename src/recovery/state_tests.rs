@@ -4,13 +4,13 @@ use std::time::{Duration, Instant};
 
 use super::state::{Action, RecoveryState};
 use super::*;
-use crate::event::{RouterEvent, StorageTier, StoredBlock, Worker};
+use crate::event::{RouterEvent, SequenceHash, StorageTier, StoredBlock, Worker};
 
 const W: Worker = Worker::new(1, 0);
 const KEY: StreamKey = (W, StorageTier::Device);
 
 fn stored(id: u64) -> RouterEvent {
-    RouterEvent::stored(W, id, None, vec![StoredBlock::new(id, id + 1_000)])
+    RouterEvent::stored(W, id, None, vec![StoredBlock::new(id, id.wrapping_add(1_000))])
 }
 
 fn applied(actions: &[Action]) -> Vec<u64> {
@@ -207,4 +207,109 @@ fn events_left_over_from_before_a_restart_are_dropped_not_waited_for() {
     let stats = stream(&state);
     assert_eq!((stats.phantoms, stats.recovering, stats.buffered), (1, false, 0));
     assert!(out.is_empty());
+}
+
+#[test]
+fn a_barrier_at_the_last_possible_id_neither_overflows_nor_keeps_stale_events() {
+    let now = Instant::now();
+    let mut state = live_at(u64::MAX - 3, now);
+    let mut out = Vec::new();
+    state.on_event(stored(u64::MAX - 1), || now, &mut out);
+    assert!(out.is_empty(), "past a gap");
+    state.on_event(RouterEvent::cleared(W, u64::MAX), || now, &mut out);
+    assert_eq!(applied(&out), [u64::MAX]);
+    let stats = stream(&state);
+    assert_eq!(
+        (stats.cursor, stats.recovering, stats.buffered),
+        (Cursor::Live(u64::MAX), false, 0)
+    );
+}
+
+#[test]
+fn a_restore_while_a_fetch_is_pending_discards_its_result() {
+    let now = Instant::now();
+    let mut state = live_at(10, now);
+    let mut out = Vec::new();
+    state.on_event(stored(12), || now, &mut out);
+    let jobs = state.due_jobs(now);
+    assert_eq!(jobs[0].kind, JobKind::Since(11));
+    state.restore_cursors(&[(KEY, Cursor::Initial)]);
+    state.on_result(jobs[0], Ok(Recovered::Events(vec![stored(11)])), now, &mut out);
+    assert!(out.is_empty(), "the result answered for the replaced state");
+    let stats = stream(&state);
+    assert_eq!((stats.cursor, stats.recovering, stats.buffered), (Cursor::Initial, false, 0));
+    assert_eq!(stats.discarded_results, 1);
+    // The next event restores the stream from a full dump.
+    state.on_event(stored(13), || now, &mut out);
+    assert_eq!(state.due_jobs(now)[0].kind, JobKind::Full);
+}
+
+/// A `Stored` of block `hash` continuing `parent`.
+fn chained(id: u64, parent: Option<u64>, hash: u64) -> RouterEvent {
+    RouterEvent::stored(W, id, parent.map(SequenceHash), vec![StoredBlock::new(hash, hash)])
+}
+
+#[test]
+fn a_restart_whose_first_events_were_lost_is_restored_not_taken_for_duplicates() {
+    let now = Instant::now();
+    let mut state = live_at(0, now);
+    let mut out = Vec::new();
+    // Run one: ids 1..=99, one chain.
+    for id in 1..=99 {
+        state.on_event(chained(id, (id > 1).then(|| id - 1), id), || now, &mut out);
+    }
+    assert_eq!(applied(&out).len(), 99);
+    out.clear();
+    // Run two: ids 0 and 1 (blocks 1_000 and 1_001) lost; 2 continues block 1_001.
+    state.on_event(chained(2, Some(1_001), 1_002), || now, &mut out);
+    state.on_event(chained(3, Some(1_002), 1_003), || now, &mut out);
+    assert!(out.is_empty(), "nothing applied on the old run's state");
+    let jobs = state.due_jobs(now);
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].kind, JobKind::Full, "the stream is restored from a full dump");
+    let events = vec![
+        chained(0, None, 1_000),
+        chained(1, Some(1_000), 1_001),
+        chained(2, Some(1_001), 1_002),
+        chained(3, Some(1_002), 1_003),
+    ];
+    let dump = Dump { events, last_event_id: 3 };
+    state.on_result(jobs[0], Ok(Recovered::Dump(dump)), now, &mut out);
+    assert_eq!(out[0], Action::Clear(W, StorageTier::Device));
+    assert_eq!(applied(&out[1..]), [0, 1, 2, 3]);
+    let stats = stream(&state);
+    assert_eq!((stats.cursor, stats.recovering, stats.restarts), (Cursor::Live(3), false, 1));
+}
+
+#[test]
+fn a_duplicate_of_a_chained_event_is_only_a_duplicate() {
+    let now = Instant::now();
+    let mut state = live_at(0, now);
+    let mut out = Vec::new();
+    for id in 1..=5 {
+        state.on_event(chained(id, (id > 1).then(|| id - 1), id), || now, &mut out);
+    }
+    state.on_event(chained(3, Some(2), 3), || now, &mut out);
+    assert_eq!(applied(&out), [1, 2, 3, 4, 5]);
+    assert!(state.due_jobs(now).is_empty());
+    assert_eq!((stream(&state).duplicates, stream(&state).restarts), (1, 0));
+}
+
+#[test]
+fn a_dump_applies_only_its_own_streams_events() {
+    let now = Instant::now();
+    let mut state = RecoveryState::new(RecoveryConfig::default());
+    let mut out = Vec::new();
+    state.on_event(stored(3), || now, &mut out);
+    let jobs = state.due_jobs(now);
+    assert_eq!(jobs[0].kind, JobKind::Full);
+    state.on_event(stored(5), || now, &mut out);
+    let mut host = stored(4);
+    host.tier = StorageTier::HostPinned;
+    let other = RouterEvent::stored(Worker::new(2, 0), 4, None, vec![StoredBlock::new(9, 9)]);
+    let dump = Dump { events: vec![stored(4), host, other], last_event_id: 4 };
+    state.on_result(jobs[0], Ok(Recovered::Dump(dump)), now, &mut out);
+    assert_eq!(out[0], Action::Clear(W, StorageTier::Device));
+    let rest: Vec<_> = out[1..].iter().collect();
+    assert_eq!(rest, [&Action::Apply(stored(4)), &Action::Apply(stored(5))]);
 }
