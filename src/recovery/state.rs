@@ -46,6 +46,9 @@ pub struct Job {
     pub stream: StreamKey,
     /// What to fetch.
     pub kind: JobKind,
+    /// The stream incarnation that issued it: a stream made again (its worker removed and
+    /// added back) is a new incarnation, so its fetches never compare equal to the old one's.
+    incarnation: u64,
     epoch: u64,
     /// The stream's arrival count when the fetch was issued: events buffered before it were
     /// published before the source answered.
@@ -66,6 +69,8 @@ struct Stream {
     /// Buffered events by id, each with its arrival number.
     buffer: BTreeMap<u64, (u64, RouterEvent)>,
     arrivals: u64,
+    /// Unique per stream made, for the state's life (epochs restart with each incarnation).
+    incarnation: u64,
     epoch: u64,
     failures: u32,
     gap_since: Option<Instant>,
@@ -76,12 +81,13 @@ struct Stream {
 }
 
 impl Stream {
-    fn new() -> Self {
+    fn new(incarnation: u64) -> Self {
         Self {
             cursor: Cursor::Initial,
             phase: Phase::Live,
             buffer: BTreeMap::new(),
             arrivals: 0,
+            incarnation,
             epoch: 0,
             failures: 0,
             gap_since: None,
@@ -147,6 +153,8 @@ impl Stream {
 pub(crate) struct RecoveryState {
     config: RecoveryConfig,
     streams: HashMap<StreamKey, Stream, ahash::RandomState>,
+    /// Streams made so far: the next one's incarnation.
+    incarnations: u64,
     orphan_results: u64,
     /// The actions buffer, reused call after call (the ingest path allocates nothing).
     pub(crate) scratch: Vec<Action>,
@@ -154,7 +162,13 @@ pub(crate) struct RecoveryState {
 
 impl RecoveryState {
     pub(crate) fn new(config: RecoveryConfig) -> Self {
-        Self { config, streams: HashMap::default(), orphan_results: 0, scratch: Vec::new() }
+        Self {
+            config,
+            streams: HashMap::default(),
+            incarnations: 0,
+            orphan_results: 0,
+            scratch: Vec::new(),
+        }
     }
 
     /// An incoming live event.
@@ -165,7 +179,8 @@ impl RecoveryState {
         out: &mut Vec<Action>,
     ) {
         let capacity = self.config.buffer_capacity;
-        let stream = self.streams.entry((event.worker(), event.tier)).or_insert_with(Stream::new);
+        let stream =
+            stream_of(&mut self.streams, &mut self.incarnations, (event.worker(), event.tier));
         let id = event.event.event_id;
         let verdict = stream.cursor.classify(id);
         if matches!(event.event.data, KvEventData::Cleared) && verdict != Verdict::Stale {
@@ -217,7 +232,13 @@ impl RecoveryState {
             if let Phase::Waiting { kind, at } = stream.phase
                 && at <= now
             {
-                let job = Job { stream: key, kind, epoch: stream.epoch, issued: stream.arrivals };
+                let job = Job {
+                    stream: key,
+                    kind,
+                    incarnation: stream.incarnation,
+                    epoch: stream.epoch,
+                    issued: stream.arrivals,
+                };
                 stream.phase = Phase::Fetching(job);
                 jobs.push(job);
             }
@@ -317,7 +338,7 @@ impl RecoveryState {
     /// Marks a stream's state as lost: its next event (or now, if `now` is given) starts a full
     /// restore.
     pub(crate) fn invalidate(&mut self, key: StreamKey, now: Instant) {
-        let stream = self.streams.entry(key).or_insert_with(Stream::new);
+        let stream = stream_of(&mut self.streams, &mut self.incarnations, key);
         stream.cursor = Cursor::InvalidatedByBarrier;
         stream.buffer.clear();
         stream.held = None;
@@ -343,7 +364,7 @@ impl RecoveryState {
     /// index holds, and the next event finds any gap against it).
     pub(crate) fn restore_cursors(&mut self, cursors: &[(StreamKey, Cursor)]) {
         for &(key, cursor) in cursors {
-            let stream = self.streams.entry(key).or_insert_with(Stream::new);
+            let stream = stream_of(&mut self.streams, &mut self.incarnations, key);
             stream.cursor = cursor;
             stream.epoch += 1;
             stream.phase = Phase::Live;
@@ -401,6 +422,18 @@ fn drop_phantoms(stream: &mut Stream, source_last: u64, issued: u64) {
     let before = stream.buffer.len();
     stream.buffer.retain(|&id, &mut (arrival, _)| id <= source_last || arrival > issued);
     stream.stats.phantoms += (before - stream.buffer.len()) as u64;
+}
+
+/// The stream of `key`, made (as a new incarnation) if there is none.
+fn stream_of<'a>(
+    streams: &'a mut HashMap<StreamKey, Stream, ahash::RandomState>,
+    incarnations: &mut u64,
+    key: StreamKey,
+) -> &'a mut Stream {
+    streams.entry(key).or_insert_with(|| {
+        *incarnations += 1;
+        Stream::new(*incarnations)
+    })
 }
 
 /// A `Cleared` past the cursor: everything before it is moot. Applies it, drops what was

@@ -313,3 +313,23 @@ fn a_dump_applies_only_its_own_streams_events() {
     let rest: Vec<_> = out[1..].iter().collect();
     assert_eq!(rest, [&Action::Apply(stored(4)), &Action::Apply(stored(5))]);
 }
+
+#[test]
+fn a_fetch_of_a_removed_incarnation_is_not_taken_for_the_re_added_ones() {
+    let now = Instant::now();
+    let mut state = RecoveryState::new(RecoveryConfig::default());
+    let mut out = Vec::new();
+    // The first incarnation's first event asks for a full restore.
+    state.on_event(stored(1), || now, &mut out);
+    let old = state.due_jobs(now)[0];
+    // Removed and added again: the new incarnation asks for the same kind of restore.
+    state.remove_worker(W.id);
+    state.on_event(stored(1), || now, &mut out);
+    let new = state.due_jobs(now)[0];
+    assert_ne!(old, new, "two incarnations' fetches must never compare equal");
+    // The old incarnation's answer comes back first: it is discarded, not applied.
+    let dump = Dump { events: vec![stored(7), stored(8), stored(9)], last_event_id: 9 };
+    state.on_result(old, Ok(Recovered::Dump(dump)), now, &mut out);
+    assert!(out.is_empty(), "the old incarnation's blocks were applied: {out:?}");
+    assert_eq!(stream(&state).discarded_results, 1);
+}

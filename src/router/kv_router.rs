@@ -302,14 +302,20 @@ impl KvRouter {
     /// Without recovery, its state is dropped from the index instead.
     pub fn worker_restarted(&self, worker: Worker) -> Result<(), LaneDown> {
         match &self.recovery {
+            // Only the streams the worker has: a tier it never used has nothing to restore, and
+            // invalidating it would wait for good on a source that does not serve that tier.
             Some(recovery) => {
                 for tier in StorageTier::ALL {
-                    recovery.invalidate(worker, tier);
+                    if recovery.streams_of(tier).iter().any(|&(w, _)| w == worker) {
+                        recovery.invalidate(worker, tier);
+                    }
                 }
                 Ok(())
             }
+            // Only the tiers whose lanes run: one that never started holds nothing to clear.
             None => StorageTier::ALL
                 .into_iter()
+                .filter(|&tier| self.index.tier(tier).is_some())
                 .try_for_each(|tier| EventSink::clear(&self.index, worker, tier)),
         }
     }

@@ -89,3 +89,37 @@ fn a_snapshot_saved_after_a_lane_restart_restores_the_workers_it_dropped() {
     router.flush().unwrap();
     assert_eq!(router.index().device().find_matches(&longer).get(w), 3);
 }
+
+/// A restart re-syncs the streams the worker has: tiers it never used are neither invalidated
+/// (a source serving only the device would leave them due for good) nor started.
+#[test]
+fn a_restart_resyncs_only_the_tiers_the_worker_has() {
+    let config = RouterConfig { recovery: Some(RecoveryConfig::default()), ..RouterConfig::new(4) };
+    let router = KvRouter::new(config).unwrap();
+    let w = Worker::new(1, 0);
+    router.add_worker(w);
+    let engine = LocalIndexer::new(w, StorageTier::Device, 16).unwrap();
+    let blocks = vec![StoredBlock::new(7, 70)];
+    router.apply_event(engine.publish(KvEventData::Stored { parent: None, blocks })).unwrap();
+    router.run_recovery(&engine).unwrap();
+    assert_eq!(router.recovery_due(), None);
+
+    router.worker_restarted(w).unwrap();
+    assert_eq!(router.run_recovery(&engine).unwrap(), 1);
+    assert_eq!(router.recovery_due(), None, "a tier the worker never used is left due");
+    let stats = router.stats().recovery.unwrap();
+    for tier in [StorageTier::HostPinned, StorageTier::Disk, StorageTier::External] {
+        assert!(stats.stream(w, tier).is_none(), "{tier:?} was invalidated");
+    }
+
+    // Without recovery, a restart clears the worker's blocks and starts no lower tier's lanes.
+    let router = KvRouter::new(RouterConfig::new(4)).unwrap();
+    router.add_worker(w);
+    router.apply_event(RouterEvent::stored(w, 1, None, vec![StoredBlock::new(7, 70)])).unwrap();
+    router.worker_restarted(w).unwrap();
+    router.flush().unwrap();
+    assert_eq!(router.index().device().find_matches(&[LocalBlockHash(7)]).get(w), 0);
+    for tier in [StorageTier::HostPinned, StorageTier::Disk, StorageTier::External] {
+        assert!(router.index().tier(tier).is_none(), "{tier:?}'s lanes were started");
+    }
+}
