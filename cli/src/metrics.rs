@@ -1,16 +1,20 @@
 //! `--metrics ADDR`: the live view's counters in the Prometheus text format, served at
 //! `GET /metrics` by a thread of its own.
 //!
-//! std only: one connection at a time (scrapes come every few seconds), each with short read
-//! and write timeouts so a stuck client cannot hold the server. [`render`] writes the text
-//! format; [`MetricsServer`] serves whatever its closure renders at the time of the request.
+//! [`render`] writes the text format; [`MetricsServer`] serves whatever its closure renders at
+//! the time of the request, with hyper on a current-thread runtime owned by its thread. Each
+//! connection is a task of its own (a slow client never holds up another scrape), has a
+//! deadline, and may send only a bounded request head; dropping the server stops it at once,
+//! open connections included.
 
 use std::fmt::Write as _;
-use std::io::{self, BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io;
+use std::net::SocketAddr;
+#[cfg(not(loom))]
+use std::net::{TcpListener, ToSocketAddrs};
+#[cfg(not(loom))]
 use std::thread::JoinHandle;
+#[cfg(not(loom))]
 use std::time::Duration;
 
 /// Whether a metric only grows or may go both ways.
@@ -64,13 +68,26 @@ fn escape(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
+/// How long one connection may take, request and response.
+#[cfg(not(loom))]
+const CONNECTION_DEADLINE: Duration = Duration::from_secs(5);
+/// How long a client may take to send its request head.
+#[cfg(not(loom))]
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// The most a request head may hold (hyper's buffer; a scrape's head is a few hundred bytes).
+#[cfg(not(loom))]
+const MAX_REQUEST_HEAD: usize = 16 << 10;
+
 /// The server thread; stops (and is joined) when dropped.
 pub struct MetricsServer {
     addr: SocketAddr,
-    stop: Arc<AtomicBool>,
+    #[cfg(not(loom))]
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    #[cfg(not(loom))]
     thread: Option<JoinHandle<()>>,
 }
 
+#[cfg(not(loom))]
 impl MetricsServer {
     /// Listens on `addr` and serves `render()` at `GET /metrics`. Fails if the address does not
     /// resolve or cannot be bound.
@@ -82,22 +99,22 @@ impl MetricsServer {
             io::Error::new(io::ErrorKind::InvalidInput, format!("{addr} resolves to nothing"))
         })?;
         let listener = TcpListener::bind(resolved)?;
+        listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopping = stop.clone();
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
+        let listener = {
+            let _context = runtime.enter();
+            tokio::net::TcpListener::from_std(listener)?
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel();
         let thread =
             std::thread::Builder::new().name("kvroute-metrics".into()).spawn(move || {
-                for stream in listener.incoming() {
-                    if stopping.load(Ordering::Acquire) {
-                        break;
-                    }
-                    // A client that misbehaves costs only its own connection.
-                    if let Ok(stream) = stream {
-                        let _ = serve(stream, &render);
-                    }
-                }
+                let connections = tokio::task::LocalSet::new();
+                runtime.block_on(connections.run_until(accept(listener, render, stopped)));
+                // Dropping the set and the runtime here ends the connections still open.
             })?;
-        Ok(MetricsServer { addr, stop, thread: Some(thread) })
+        Ok(MetricsServer { addr, stop: Some(stop), thread: Some(thread) })
     }
 
     /// Where it listens (the port the OS chose, for `:0`).
@@ -106,50 +123,107 @@ impl MetricsServer {
     }
 }
 
+#[cfg(loom)]
+impl MetricsServer {
+    /// Not in loom builds (tokio's networking does not build under `--cfg loom`): an error.
+    pub fn start(
+        addr: &str,
+        _render: impl Fn() -> String + Send + 'static,
+    ) -> io::Result<MetricsServer> {
+        Err(io::Error::new(io::ErrorKind::Unsupported, format!("{addr}: not in loom builds")))
+    }
+
+    /// Where it listens.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+#[cfg(not(loom))]
 impl Drop for MetricsServer {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        // Wake the accept loop so it sees the flag.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
     }
 }
 
-/// Answers one request: the metrics for `GET /metrics`, 404 for any other path, 405 for any
-/// other method.
-fn serve(stream: TcpStream, render: &impl Fn() -> String) -> io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut request = String::new();
-    reader.read_line(&mut request)?;
-    // Skip the headers (a request without a body ends at the empty line).
-    let mut line = String::new();
-    while reader.read_line(&mut line)? > 2 {
-        line.clear();
+/// Accepts connections until `stopped`, each served on a task of its own.
+#[cfg(not(loom))]
+async fn accept(
+    listener: tokio::net::TcpListener,
+    render: impl Fn() -> String + 'static,
+    mut stopped: tokio::sync::oneshot::Receiver<()>,
+) {
+    use hyper::server::conn::http1;
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use std::rc::Rc;
+
+    let render = Rc::new(render);
+    loop {
+        let stream = tokio::select! {
+            _ = &mut stopped => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(_) => {
+                    // Out of descriptors, say: a pause rather than a busy loop.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let render = render.clone();
+        tokio::task::spawn_local(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let response = respond(&request, &*render);
+                async move { Ok::<_, std::convert::Infallible>(response) }
+            });
+            let mut builder = http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .max_buf_size(MAX_REQUEST_HEAD)
+                .keep_alive(false);
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            // A client that misbehaves costs only its own connection, and only so long.
+            let _ = tokio::time::timeout(CONNECTION_DEADLINE, connection).await;
+        });
     }
-    let mut words = request.split_whitespace();
-    let (status, body) = match (words.next(), words.next()) {
-        (Some("GET"), Some("/metrics")) => ("200 OK", render()),
-        (Some("GET"), Some(_)) => ("404 Not Found", "try /metrics\n".to_string()),
-        _ => ("405 Method Not Allowed", "GET /metrics only\n".to_string()),
-    };
-    let mut stream = stream;
-    write!(
-        stream,
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    stream.flush()
 }
 
-#[cfg(test)]
+/// The answer to one request: the metrics for `GET /metrics`, 404 for any other path, 405 for
+/// any other method.
+#[cfg(not(loom))]
+fn respond<B>(
+    request: &hyper::Request<B>,
+    render: &dyn Fn() -> String,
+) -> hyper::Response<http_body_util::Full<hyper::body::Bytes>> {
+    use hyper::{Method, StatusCode, header};
+
+    let (status, body) = match (request.method(), request.uri().path()) {
+        (&Method::GET, "/metrics") => (StatusCode::OK, render()),
+        (&Method::GET, _) => (StatusCode::NOT_FOUND, "try /metrics\n".to_string()),
+        _ => (StatusCode::METHOD_NOT_ALLOWED, "GET /metrics only\n".to_string()),
+    };
+    let mut response = hyper::Response::new(http_body_util::Full::new(body.into()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    response
+}
+
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use std::io::Read;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
 
     fn get(addr: SocketAddr, path: &str) -> String {
         let mut stream = TcpStream::connect(addr).unwrap();
