@@ -5,15 +5,16 @@ use std::fmt;
 use crossbeam_utils::CachePadded;
 
 use crate::event::{ApplyErrorKind, LocalBlockHash, RouterEvent, Worker, WorkerId};
-use crate::index::handback::Handback;
-use crate::index::lane::{IndexLane, LaneCounters, WorkerBudget};
-use crate::index::lane_trie::{LaneTrie, TrieLimits};
-use crate::index::restarts::{LaneRestart, RestartLog};
-use crate::index::routes::Routes;
-use crate::index::run_table::{RunTable, RunTableWriter};
-use crate::index::spent::{HANDED_MAX, SpentList};
+use crate::index::lane::handback::Handback;
+use crate::index::lane::index_lane::{IndexLane, LaneCounters, WorkerBudget};
+use crate::index::lane::lane_trie::{LaneTrie, TrieLimits};
+use crate::index::lane::restarts::{LaneRestart, RestartLog};
+use crate::index::lane::routes::Routes;
+use crate::index::lane::spent::{HANDED_MAX, SpentList};
+use crate::index::pool_config::{PoolConfig, PoolConfigError};
+use crate::index::runs::run_table::{RunTable, RunTableWriter};
 use crate::index::walk::{prefetch_query, walk_lanes};
-use crate::index::{IndexSnapshot, OverlapScores, PoolConfigError};
+use crate::index::{IndexSnapshot, OverlapScores};
 use crate::mix::Mixer;
 use crate::pool::{LaneDown, LaneMode, Lanes, TrySend};
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering, epoch};
@@ -21,63 +22,6 @@ use crate::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering, epoch};
 /// How many handed-back block lists each lane's [`Handback`] frees per submitted event: twice
 /// what the lanes hand back per event, so the lists never pile up.
 const FREED_PER_EVENT: usize = 2;
-
-/// How an [`EventPool`] is set up.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PoolConfig {
-    /// Lanes (threads) applying events. Default: 2.
-    pub lanes: usize,
-    /// Events each lane's queue holds before [`EventPool::apply`] reports it full. Default: 8,192.
-    /// A busy lane takes its whole queue at once, so up to twice this many events can be
-    /// pending on a lane: queued, and in the lane's hands. Queued events hold their blocks'
-    /// hashes (16 bytes a block), so this bounds memory; deeper queues keep a producer that
-    /// waits on one busy lane from leaving the other lanes without work (events are applied in
-    /// order, so it cannot skip ahead): on the 2-core comparison, 8,192 ingests about 10% faster
-    /// than 4,096.
-    pub queue_capacity: usize,
-    /// (worker, dp_rank) pairs the index holds at once. Default: 4,096.
-    pub max_workers: usize,
-    /// Blocks one event may carry (a `Stored` or `Removed` event's list). Default: 16,384
-    /// (262,144 tokens at 16 tokens a block). Larger events are refused before they are
-    /// queued ([`SubmitError::TooManyBlocks`], [`EnqueueError::TooManyBlocks`]; a lane that
-    /// is handed one anyway rejects it with [`ApplyError::TooManyBlocks`]), so a lane's queued
-    /// events hold at most `2 × queue_capacity × max_event_blocks` block hashes.
-    /// [`RouterEvent::split`] cuts a longer event into events within the bound.
-    ///
-    /// [`ApplyError::TooManyBlocks`]: crate::ApplyError::TooManyBlocks
-    pub max_event_blocks: usize,
-    /// Whether the lanes are threads of their own (the default) or apply each event on the
-    /// thread that hands it over ([`LaneMode::Inline`]: no threads, deterministic, and an event
-    /// is visible to queries as soon as `apply` returns).
-    pub mode: LaneMode,
-    /// The most allocator room a lane thread reserves at once. A lane reserves room (allocates
-    /// and frees it) when its tree passes 16,384 blocks and at each doubling after, for about
-    /// as much again as its tree: with glibc, it then grows its heap without a system call per
-    /// page (`pool/heap_room.rs`; a fresh `documents` ingest ran about a tenth faster). Small
-    /// indexes never reserve. Default: 16 MiB, at most
-    /// [`MAX_LANE_HEAP_RESERVE`](super::MAX_LANE_HEAP_RESERVE); 0 reserves nothing.
-    pub lane_heap_reserve: usize,
-    /// Whether two busy lane threads that share a CPU while a caller waits on them (a flush, a
-    /// snapshot) move apart, on Linux ([`LaneMode::Threads`] says how). Default: on. On the
-    /// 2-core test VM a fresh ingest took 0.87–1.02 of the time it took without, depending on
-    /// how slowly the kernel balanced that hour (BENCHMARKS.md, sessions 23 and 24). Turn it
-    /// off if you place the lanes' threads yourself: a lane then never changes its affinity.
-    pub spread_lanes: bool,
-}
-
-impl Default for PoolConfig {
-    fn default() -> Self {
-        Self {
-            lanes: 2,
-            queue_capacity: 8192,
-            max_workers: 4096,
-            max_event_blocks: 16_384,
-            mode: LaneMode::Threads,
-            lane_heap_reserve: 16 << 20,
-            spread_lanes: true,
-        }
-    }
-}
 
 /// Why [`EventPool::apply`] did not take an event.
 #[derive(Debug, PartialEq, Eq)]
@@ -333,7 +277,7 @@ impl EventPool {
         flushed
     }
 
-    /// Frees the block lists of applied events the lanes handed back (see `index/spent.rs`).
+    /// Frees the block lists of applied events the lanes handed back (see `index/lane/spent.rs`).
     fn free_spent(&self) {
         self.spent.iter().for_each(|spent| spent.drop_handed_over());
     }
@@ -473,8 +417,8 @@ mod tests {
     use super::*;
     use crate::event::{SequenceHash, StoredBlock};
     use crate::index::ReferenceIndex;
-    use crate::index::lane::INJECTED_PANIC;
-    use crate::index::lane_trie::MAX_RUN_BLOCKS;
+    use crate::index::lane::index_lane::INJECTED_PANIC;
+    use crate::index::lane::lane_trie::MAX_RUN_BLOCKS;
 
     fn chain(depth: u64) -> Vec<LocalBlockHash> {
         (1..=depth).map(LocalBlockHash).collect()

@@ -2,12 +2,12 @@
 //! lane's tree with its writer operations, and the lock-free walk readers take over it.
 
 use crate::event::{LocalBlockHash, Worker};
-use crate::index::holder_sets::Holders;
-use crate::index::lane_trie::LaneTrie;
-use crate::index::locals::Locals;
-use crate::index::run::{Run, RunState};
-use crate::index::run_table::{RunReclaimer, RunTable, RunTableWriter};
-use crate::index::versions::{Version, VersionCache, VersionPtr};
+use crate::index::lane::lane_trie::LaneTrie;
+use crate::index::runs::holder_sets::Holders;
+use crate::index::runs::locals::Locals;
+use crate::index::runs::run::{Run, RunState};
+use crate::index::runs::run_table::{RunReclaimer, RunTable, RunTableWriter};
+use crate::index::runs::versions::{Version, VersionCache, VersionPtr};
 use crate::index::walk::walk;
 use crate::mix::Mixer;
 use crate::sync::Arc;
@@ -105,7 +105,8 @@ impl Default for LoomTable {
 impl LoomTable {
     /// The smallest key other than `key` whose probe sequence starts at `key`'s in a new table.
     pub fn same_home(key: u64) -> u64 {
-        let home = |key: u64| Mixer::random().mix(crate::index::run_table::stored_key(key)) & 15;
+        let home =
+            |key: u64| Mixer::random().mix(crate::index::runs::run_table::stored_key(key)) & 15;
         (1..).find(|&other| other != key && home(other) == home(key)).expect("some key")
     }
 

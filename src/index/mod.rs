@@ -7,46 +7,44 @@
 //!   continuations of the device match.
 //! - [`ReferenceIndex`] is the single-threaded oracle: short and obviously correct; every faster
 //!   structure is checked against it.
+//!
+//! ## Layout
+//!
+//! - `lane/`: the writer's side. A lane's tree of runs, its arenas and node ids, its workers'
+//!   engine-hash maps, dumps, restarts, and the block lists it hands back to producers.
+//! - `runs/`: what readers load. Runs and their versions, content hashes and holder sets, the
+//!   lane's worker slots, and the table runs are found in.
+//! - Here: the pool (`event_pool.rs`) and its configuration (`pool_config.rs`), the query's walk
+//!   over the lanes' run tables (`walk.rs`), the tiers (`tiered.rs`) and the reference
+//!   (`reference.rs`).
+//!
+//! Dependencies point down: the pool uses the lanes, the walk and the runs; the lanes and the
+//! walk use the runs; the runs use neither.
 
-mod chain;
-mod chunked;
 mod event_pool;
-pub(crate) mod handback;
-mod held_blocks;
-mod holder_sets;
 mod lane;
-#[cfg(all(test, not(loom)))]
-pub(crate) use lane::INJECTED_PANIC;
-mod lane_trie;
-mod locals;
-mod node_ids;
 mod pool_config;
-mod probe_map;
 mod reference;
-mod restarts;
-mod routes;
-mod run;
-mod run_table;
-mod seq_hashes;
-mod spent;
-mod tag_map;
+mod runs;
 mod tiered;
-mod versions;
 mod walk;
-mod worker_dump;
-mod worker_slots;
+
+#[cfg(loom)]
+pub(crate) use lane::handback;
+#[cfg(all(test, not(loom)))]
+pub(crate) use lane::index_lane::INJECTED_PANIC;
 
 use std::collections::BTreeMap;
 
 pub use crate::pool::LaneMode;
 pub use crate::scores::OverlapScores;
-pub use event_pool::{EnqueueError, EventPool, PoolConfig, PoolStats, SubmitError};
+pub use event_pool::{EnqueueError, EventPool, PoolStats, SubmitError};
+pub use lane::restarts::LaneRestart;
 pub use pool_config::{
     MAX_EVENT_BLOCKS, MAX_LANE_BLOCKS, MAX_LANE_HEAP_RESERVE, MAX_LANES, MAX_QUEUE_CAPACITY,
-    PoolConfigError,
+    PoolConfig, PoolConfigError,
 };
 pub use reference::ReferenceIndex;
-pub use restarts::LaneRestart;
 pub(crate) use tiered::TierScratch;
 pub use tiered::{LOWER_TIERS, TieredIndex};
 

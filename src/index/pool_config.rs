@@ -1,5 +1,5 @@
-//! [`PoolConfigError`]: why an [`EventPool`](super::EventPool) could not start, and the
-//! validation of a [`PoolConfig`] behind it.
+//! [`PoolConfig`]: how an [`EventPool`](super::EventPool) is set up, the limits its sizes are
+//! checked against, and [`PoolConfigError`]: why one was rejected or could not start.
 //!
 //! Sizes are checked before anything is allocated or spawned: zero lanes, queue slots or
 //! workers make no working index, and lane counts or queues beyond the limits below are taken
@@ -7,8 +7,7 @@
 
 use std::fmt;
 
-use super::PoolConfig;
-use crate::pool::SpawnError;
+use crate::pool::{LaneMode, SpawnError};
 
 /// The most lanes (threads) a pool may have.
 pub const MAX_LANES: usize = 1024;
@@ -28,6 +27,68 @@ pub const MAX_LANE_BLOCKS: usize = 1 << 31;
 /// The most allocator room a lane may reserve at once (`lane_heap_reserve`): glibc's thread
 /// heaps hold at most 64 MiB each.
 pub const MAX_LANE_HEAP_RESERVE: usize = 64 << 20;
+
+/// How an [`EventPool`](super::EventPool) is set up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Lanes (threads) applying events. Default: 2.
+    pub lanes: usize,
+    /// Events each lane's queue holds before [`EventPool::apply`] reports it full. Default: 8,192.
+    /// A busy lane takes its whole queue at once, so up to twice this many events can be
+    /// pending on a lane: queued, and in the lane's hands. Queued events hold their blocks'
+    /// hashes (16 bytes a block), so this bounds memory; deeper queues keep a producer that
+    /// waits on one busy lane from leaving the other lanes without work (events are applied in
+    /// order, so it cannot skip ahead): on the 2-core comparison, 8,192 ingests about 10% faster
+    /// than 4,096.
+    ///
+    /// [`EventPool::apply`]: super::EventPool::apply
+    pub queue_capacity: usize,
+    /// (worker, dp_rank) pairs the index holds at once. Default: 4,096.
+    pub max_workers: usize,
+    /// Blocks one event may carry (a `Stored` or `Removed` event's list). Default: 16,384
+    /// (262,144 tokens at 16 tokens a block). Larger events are refused before they are
+    /// queued ([`SubmitError::TooManyBlocks`], [`EnqueueError::TooManyBlocks`]; a lane that
+    /// is handed one anyway rejects it with [`ApplyError::TooManyBlocks`]), so a lane's queued
+    /// events hold at most `2 × queue_capacity × max_event_blocks` block hashes.
+    /// [`RouterEvent::split`](crate::RouterEvent::split) cuts a longer event into events
+    /// within the bound.
+    ///
+    /// [`SubmitError::TooManyBlocks`]: super::SubmitError::TooManyBlocks
+    /// [`EnqueueError::TooManyBlocks`]: super::EnqueueError::TooManyBlocks
+    /// [`ApplyError::TooManyBlocks`]: crate::ApplyError::TooManyBlocks
+    pub max_event_blocks: usize,
+    /// Whether the lanes are threads of their own (the default) or apply each event on the
+    /// thread that hands it over ([`LaneMode::Inline`]: no threads, deterministic, and an event
+    /// is visible to queries as soon as `apply` returns).
+    pub mode: LaneMode,
+    /// The most allocator room a lane thread reserves at once. A lane reserves room (allocates
+    /// and frees it) when its tree passes 16,384 blocks and at each doubling after, for about
+    /// as much again as its tree: with glibc, it then grows its heap without a system call per
+    /// page (`pool/heap_room.rs`; a fresh `documents` ingest ran about a tenth faster). Small
+    /// indexes never reserve. Default: 16 MiB, at most [`MAX_LANE_HEAP_RESERVE`]; 0 reserves
+    /// nothing.
+    pub lane_heap_reserve: usize,
+    /// Whether two busy lane threads that share a CPU while a caller waits on them (a flush, a
+    /// snapshot) move apart, on Linux ([`LaneMode::Threads`] says how). Default: on. On the
+    /// 2-core test VM a fresh ingest took 0.87–1.02 of the time it took without, depending on
+    /// how slowly the kernel balanced that hour. Turn it
+    /// off if you place the lanes' threads yourself: a lane then never changes its affinity.
+    pub spread_lanes: bool,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            lanes: 2,
+            queue_capacity: 8192,
+            max_workers: 4096,
+            max_event_blocks: 16_384,
+            mode: LaneMode::Threads,
+            lane_heap_reserve: 16 << 20,
+            spread_lanes: true,
+        }
+    }
+}
 
 /// Why a [`PoolConfig`] was rejected or its pool could not start. Nothing is left running.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //!
 //! A walk is a chain of dependent loads: a run's table slot, then the run's version, then (for
 //! a run too long to keep its hashes inline) its hashes, then the next run's slot, whose key
-//! follows from this run's tail id. The slot's hints (see [`crate::index::run_table`]) shorten
+//! follows from this run's tail id. The slot's hints (see [`super::runs::run_table`]) shorten
 //! it: once a slot arrives, the run, its hashes and the next run's slot are all asked for, so a
 //! walk over cold runs waits about one miss per run (what it compares still comes from the run
 //! itself). One lane's chain cannot go faster than memory answers, but the lanes' chains are
@@ -19,10 +19,10 @@
 //! another lane adds to the answer. Either way a query allocates nothing beyond its answer.
 
 use crate::event::{LocalBlockHash, Worker};
-use crate::index::holder_sets::HolderView;
-use crate::index::run::{ROOT_TAIL, Run};
-use crate::index::run_table::{Lookup, RunTable};
-use crate::index::worker_slots::{SLOTS, WorkerSlots};
+use crate::index::runs::holder_sets::HolderView;
+use crate::index::runs::run::{ROOT_TAIL, Run};
+use crate::index::runs::run_table::{Lookup, RunTable};
+use crate::index::runs::worker_slots::{SLOTS, WorkerSlots};
 use crate::prefetch::prefetch_slice;
 use crate::sync::Arc;
 use crate::sync::epoch::Guard;
@@ -384,11 +384,11 @@ impl Iterator for BitIter {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::index::holder_sets::Holders;
-    use crate::index::locals::Locals;
-    use crate::index::run::RunState;
-    use crate::index::run_table::RunTableWriter;
-    use crate::index::versions::VersionCache;
+    use crate::index::runs::holder_sets::Holders;
+    use crate::index::runs::locals::Locals;
+    use crate::index::runs::run::RunState;
+    use crate::index::runs::run_table::RunTableWriter;
+    use crate::index::runs::versions::VersionCache;
     use crate::mix::Mixer;
     use crate::sync::epoch::{Reclaimer, pin};
 

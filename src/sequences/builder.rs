@@ -6,7 +6,8 @@ use std::time::Duration;
 use super::DEFAULT_EXPIRY;
 use super::clock::{Clock, SystemClock};
 use super::error::ConfigError;
-use super::multi::{Inner, InnerConfig, MultiWorkerSequences, Replica};
+use super::fleet_state::{FleetConfig, FleetState, Replica};
+use super::multi::MultiWorkerSequences;
 use super::replica::SequencePublisher;
 use crate::sync::Arc;
 
@@ -155,7 +156,7 @@ impl SequencesBuilder {
                 return Err(ConfigError::TooLarge { setting, requested, max });
             }
         }
-        let inner = Inner::new(InnerConfig {
+        let inner = FleetState::new(FleetConfig {
             block_size: self.block_size,
             expiry: self.expiry,
             worker_shards: self.worker_shards,

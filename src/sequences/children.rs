@@ -9,9 +9,11 @@
 //! one after the other. Linear probing, power-of-two capacity, at most three quarters full,
 //! deletion by backward shift (no tombstones).
 
-use super::trie::NodeId;
 use crate::event::SequenceHash;
 use crate::prefetch::prefetch_line;
+
+/// A node's position in the trie's arena; the root's is 0 (see [`super::trie::ROOT`]).
+pub(crate) type NodeId = u32;
 
 /// Where a child's edge lies: its address and length when it was linked. Only ever prefetched,
 /// never read through, so a stale hint would cost a wasted load and nothing else; the trie

@@ -33,6 +33,7 @@ mod builder;
 mod children;
 mod clock;
 mod error;
+mod fleet_state;
 mod load;
 mod multi;
 mod owners;
@@ -55,8 +56,9 @@ pub use builder::{
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{AddRequestError, ConfigError, UnknownRequest};
+pub use fleet_state::{RemovedWorker, WorkerChanges};
 pub use load::{PotentialLoad, WorkerLoad};
-pub use multi::{MultiWorkerSequences, RemovedWorker, WorkerChanges};
+pub use multi::MultiWorkerSequences;
 pub use peers::PeerEventError;
 pub use replica::{PeerStats, SequenceEvent, SequenceEventData, SequencePublisher};
 pub use request_id::RequestId;

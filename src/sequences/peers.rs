@@ -12,8 +12,8 @@ use std::fmt;
 
 use super::RequestId;
 use super::error::AddRequestError;
-use super::multi::{Inner, MultiWorkerSequences};
-use super::replica::{PeerCounters, PeerStats, SequenceEvent, SequenceEventData};
+use super::fleet_state::FleetState;
+use super::replica::{PeerCounters, SequenceEvent, SequenceEventData};
 use crate::pool::{Lane, LaneDown, SpawnError, StickyPool};
 use crate::sync::Arc;
 
@@ -46,7 +46,7 @@ impl From<LaneDown> for PeerEventError {
 
 /// One lane: applies the events of the workers hashed to it.
 pub(crate) struct PeerLane {
-    inner: Arc<Inner>,
+    inner: Arc<FleetState>,
 }
 
 impl Lane for PeerLane {
@@ -58,7 +58,7 @@ impl Lane for PeerLane {
 }
 
 /// The lane, of `lanes`, that applies every event of request `id`.
-fn peer_lane(id: &RequestId, lanes: usize) -> usize {
+pub(crate) fn peer_lane(id: &RequestId, lanes: usize) -> usize {
     (xxhash_rust::xxh3::xxh3_64(id.as_str().as_bytes()) % lanes as u64) as usize
 }
 
@@ -68,14 +68,14 @@ pub(crate) type PeerPool = StickyPool<PeerLane>;
 /// Starts `lanes` lanes of `queue` events each over `inner`, moving apart when busy on one CPU
 /// if `spread`.
 pub(crate) fn start_lanes(
-    inner: &Arc<Inner>,
+    inner: &Arc<FleetState>,
     lanes: usize,
     (queue, spread): (usize, bool),
 ) -> Result<PeerPool, SpawnError> {
     StickyPool::with_spread(lanes, queue, spread, |_| PeerLane { inner: inner.clone() })
 }
 
-impl Inner {
+impl FleetState {
     /// Applies one peer event now, on the calling thread, without publishing it again.
     pub(crate) fn apply_peer_event(&self, event: SequenceEvent) {
         let counters = &self.peer_counters;
@@ -101,74 +101,5 @@ impl Inner {
 
     fn outcome(&self, applied: bool) -> &crate::sync::AtomicU64 {
         if applied { &self.peer_counters.applied } else { &self.peer_counters.unknown_request }
-    }
-}
-
-impl MultiWorkerSequences {
-    /// Queues an event received from a peer replica; it is applied on the lane of its request
-    /// (events of one request apply in the order queued), without being published again.
-    /// Events this replica made itself (same `router_id`) are skipped. Waits while that lane's
-    /// queue is full.
-    ///
-    /// Outcomes are counted in [`peer_stats`](Self::peer_stats); an event about an unknown
-    /// worker or request is skipped, never fatal.
-    ///
-    /// ```
-    /// use std::sync::{Arc, Mutex};
-    /// use kvroute::Worker;
-    /// use kvroute::sequences::{MultiWorkerSequences, SequenceEvent, SequencePublisher};
-    ///
-    /// /// Collects published events (a real transport would send them to the peers).
-    /// #[derive(Clone, Default)]
-    /// struct Outbox(Arc<Mutex<Vec<SequenceEvent>>>);
-    /// impl SequencePublisher for Outbox {
-    ///     fn publish(&self, event: SequenceEvent) {
-    ///         self.0.lock().unwrap().push(event);
-    ///     }
-    /// }
-    ///
-    /// let worker = Worker::new(1, 0);
-    /// let outbox = Outbox::default();
-    /// let a = MultiWorkerSequences::builder(16).replica(1, outbox.clone()).build()?;
-    /// let b = MultiWorkerSequences::builder(16).replica(2, Outbox::default()).build()?;
-    /// a.update_workers([worker]);
-    /// b.update_workers([worker]);
-    ///
-    /// a.add_request("r".into(), worker, None, 100, 0)?;
-    /// for event in outbox.0.lock().unwrap().drain(..) {
-    ///     b.apply_peer_event(event)?;
-    /// }
-    /// b.flush_peer_events()?;
-    /// assert_eq!(b.load(worker).map(|l| l.active_tokens), Some(100));
-    /// assert_eq!(b.peer_stats().applied, 1);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn apply_peer_event(&self, event: SequenceEvent) -> Result<(), PeerEventError> {
-        let (Some(pool), Some(replica)) = (&self.peers, &self.inner.replica) else {
-            return Err(PeerEventError::ReplicaSyncOff);
-        };
-        if event.router_id == replica.router_id {
-            PeerCounters::bump(&self.inner.peer_counters.own);
-            return Ok(());
-        }
-        pool.send(peer_lane(&event.request_id, pool.lanes()), event)?;
-        Ok(())
-    }
-
-    /// Returns once every peer event queued (by any thread) before this call has been applied.
-    pub fn flush_peer_events(&self) -> Result<(), PeerEventError> {
-        let pool = self.peers.as_ref().ok_or(PeerEventError::ReplicaSyncOff)?;
-        pool.flush()?;
-        Ok(())
-    }
-
-    /// What happened to the peer events queued so far (applied ones only once applied).
-    pub fn peer_stats(&self) -> PeerStats {
-        self.inner.peer_counters.snapshot()
-    }
-
-    /// This replica's router id, if replica sync is on.
-    pub fn router_id(&self) -> Option<u64> {
-        self.inner.replica.as_ref().map(|replica| replica.router_id)
     }
 }

@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use super::RequestId;
-use super::trie::NodeId;
+use super::children::NodeId;
 
 /// A request's slot in its worker's table; stable while the request lives, reused after.
 pub(crate) type RecordId = u32;

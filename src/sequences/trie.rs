@@ -19,13 +19,10 @@
 //! Nodes with no request are removed at once, and a node whose only child has the same owners is
 //! merged into it, so the trie stays compressed however requests come and go.
 
-use super::children::{ChildTable, EdgeHint};
+use super::children::{ChildTable, EdgeHint, NodeId};
 use super::owners::{Owners, Slot};
 use crate::event::SequenceHash;
 use crate::prefetch::prefetch_line;
-
-/// A node's position in the arena.
-pub(crate) type NodeId = u32;
 
 /// The root: an empty edge above every path. Requests without blocks end here.
 pub(crate) const ROOT: NodeId = 0;

@@ -27,7 +27,7 @@
 
 use std::mem;
 
-use crate::index::lane_trie::NodeId;
+use crate::index::lane::node_ids::NodeId;
 use crate::prefetch::prefetch_line;
 
 /// Slots per bucket: 8 × (4-byte tag + 4-byte node) = one 64-byte line.

@@ -1,6 +1,6 @@
 //! [`Locals`]: a run's content hashes as the lane makes a version of the run from them: up to
 //! [`INLINE`] of them go inside the version itself (just as many: see
-//! [`crate::index::run`]), more are a window onto an allocation that a run's versions share, so
+//! [`super::run`]), more are a window onto an allocation that a run's versions share, so
 //! shortening a run or splitting it copies at most the smaller part.
 //!
 //! Short runs keep their hashes inline because a query's walk compares them right after it

@@ -7,7 +7,8 @@
 //! keeps them in a list. In the `documents` comparison that took one allocation (and its free)
 //! off nearly every event.
 
-use crate::index::lane_trie::NodeId;
+/// Identifies a node (one block's place in the tree) to its lane.
+pub(crate) type NodeId = u32;
 
 /// See the [module docs](self).
 #[derive(Clone, Debug, PartialEq, Eq)]

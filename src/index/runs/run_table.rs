@@ -1,10 +1,10 @@
 //! [`RunTable`]: one lane's map from a run's key (where it hangs and its first content hash:
-//! see [`crate::index::run`]) to the run. Only the lane writes it, through its
+//! see [`super::run`]) to the run. Only the lane writes it, through its
 //! [`RunTableWriter`] (one per table, not `Clone`, every change `&mut`); queries read it
 //! without locks, and what they load lives no longer than both their pin and their borrow of
 //! the table.
 //!
-//! Keys are not unique: a sender can make two runs' keys equal (see [`crate::index::run`]), so
+//! Keys are not unique: a sender can make two runs' keys equal (see [`super::run`]), so
 //! a key may have several slots, and a lookup takes the first run under it that the caller's
 //! check accepts (its identity, not its key). A key's slots start where the pool's secret
 //! [`Mixer`] puts it, so keys chosen to share a slot cannot be aimed at one probe sequence.
@@ -28,10 +28,10 @@
 //! removed version goes to the writer's [`Reclaimer`], which hands it back to the lane (to build
 //! later versions in its memory) once no pinned reader can hold the pointer.
 
-use crate::index::locals::INLINE;
-use crate::index::run::{Run, RunHead};
-use crate::index::versions::Version;
-use crate::index::worker_slots::WorkerSlots;
+use crate::index::runs::locals::INLINE;
+use crate::index::runs::run::{Run, RunHead};
+use crate::index::runs::versions::Version;
+use crate::index::runs::worker_slots::WorkerSlots;
 use crate::mix::Mixer;
 use crate::prefetch::{prefetch_line, prefetch_span};
 use crate::sync::epoch::{Guard, Published, Reclaimer};
@@ -388,7 +388,7 @@ impl RunTableWriter {
 
 impl RunTable {
     /// The key of the run that hangs from the node tailed `parent_tail` and starts with the
-    /// content hash `first` (see [`crate::index::run`]): the content hash, which a sender
+    /// content hash `first` (see [`super::run`]): the content hash, which a sender
     /// picks, xored with a secret mix of the tail id, which the lane draws.
     #[inline]
     pub(crate) fn key(&self, parent_tail: u64, first: u64) -> u64 {
@@ -461,10 +461,10 @@ mod tests {
 
     use super::*;
     use crate::event::Worker;
-    use crate::index::holder_sets::{HolderView, Holders};
-    use crate::index::locals::Locals;
-    use crate::index::run::RunState;
-    use crate::index::versions::VersionCache;
+    use crate::index::runs::holder_sets::{HolderView, Holders};
+    use crate::index::runs::locals::Locals;
+    use crate::index::runs::run::RunState;
+    use crate::index::runs::versions::VersionCache;
     use crate::sync::AtomicBool;
     use crate::sync::epoch::pin;
 

@@ -10,26 +10,22 @@
 //! Publication order keeps concurrent readers on states that existed: a split inserts the new
 //! tail run into the table before it shortens the head, and every change swaps a whole new
 //! version of the run (its [`Run`], state included) into its slot, except a change of holders
-//! bits, which a reader loads in one step (see [`crate::index::run`]).
+//! bits, which a reader loads in one step (see [`crate::index::runs::run`]).
 //!
-//! Runs are looked up by identity, not by key (see [`crate::index::run`]): each block that is a
-//! run's last carries a tail id drawn from a counter that never repeats, and a child run
+//! Runs are looked up by identity, not by key (see [`crate::index::runs::run`]): each block
+//! that is a run's last carries a tail id drawn from a counter that never repeats, and a child run
 //! records its parent's.
 
 use crate::event::{LocalBlockHash, Worker};
-use crate::index::chunked::ChunkedVec;
-use crate::index::holder_sets::{HolderSets, Holders};
-use crate::index::locals::Locals;
-use crate::index::node_ids::NodeIds;
-use crate::index::run::{ROOT_TAIL, Run, RunId, RunState};
-use crate::index::run_table::{RunReclaimer, RunTableWriter};
-use crate::index::seq_hashes::SeqHashes;
-use crate::index::versions::{Version, VersionCache, VersionPtr};
+use crate::index::lane::chunked::ChunkedVec;
+use crate::index::lane::node_ids::{NodeId, NodeIds};
+use crate::index::runs::holder_sets::{HolderSets, Holders};
+use crate::index::runs::locals::Locals;
+use crate::index::runs::run::{ROOT_TAIL, Run, RunId, RunState};
+use crate::index::runs::run_table::{RunReclaimer, RunTableWriter};
+use crate::index::runs::versions::{Version, VersionCache, VersionPtr};
 use crate::sync::Ordering;
 use crate::sync::epoch::Guard;
-
-/// Identifies a node (one block's place in the tree) to its lane.
-pub(crate) type NodeId = u32;
 
 /// The parent of root runs.
 const ROOT: NodeId = NodeId::MAX;
@@ -259,12 +255,6 @@ impl LaneTrie {
     /// Live runs.
     pub(crate) fn run_count(&self) -> usize {
         self.runs.len() - self.free_runs.len()
-    }
-
-    /// Our sequence hashes of nodes, for snapshots (nothing on the event or query path needs
-    /// them: runs are keyed by where they hang, see [`crate::index::run`]).
-    pub(crate) fn seq_hashes<'a>(&'a self, guard: &'a Guard) -> SeqHashes<'a> {
-        SeqHashes::new(self, guard)
     }
 
     /// The run `node` is in and its offset there.

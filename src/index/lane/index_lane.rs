@@ -2,9 +2,9 @@
 //!
 //! The lane owns its workers' engine-hash maps ([`HeldBlocks`]) and its [`LaneTrie`] outright
 //! (no lock); queries read the lane's runs through its
-//! [`RunTable`](crate::index::run_table::RunTable). Each event is all-or-nothing for `Stored`
-//! (the whole chain is validated before anything changes) and best-effort for `Removed`
-//! (unknown blocks are skipped and reported), exactly like the reference index.
+//! [`RunTable`](crate::index::runs::run_table::RunTable). Each event is all-or-nothing for
+//! `Stored` (the whole chain is validated before anything changes) and best-effort for
+//! `Removed` (unknown blocks are skipped and reported), exactly like the reference index.
 //!
 //! A panic while the lane applies an event (a bug) costs only its own workers: the lane clears
 //! them and starts over empty ([`crate::index::LaneRestart`]). Workers the lane stops knowing
@@ -16,14 +16,16 @@ use crossbeam_utils::CachePadded;
 
 use crate::event::{ApplyError, ApplyErrorKind, KvEventData, RouterEvent, SequenceHash};
 use crate::event::{StoredBlock, Worker, WorkerId};
-use crate::index::chain::{Chain, PREFETCH_AHEAD};
-use crate::index::handback::Handback;
-use crate::index::held_blocks::HeldBlocks;
-use crate::index::lane_trie::{LaneTrie, NodeId, shed};
-use crate::index::restarts::{LaneRestart, RestartLog};
-use crate::index::routes::Routes;
-use crate::index::spent::{SPENT_BATCH, SpentList};
-use crate::index::worker_dump::dump_worker;
+use crate::index::lane::chain::{Chain, PREFETCH_AHEAD};
+use crate::index::lane::handback::Handback;
+use crate::index::lane::held_blocks::HeldBlocks;
+use crate::index::lane::lane_trie::{LaneTrie, shed};
+use crate::index::lane::node_ids::NodeId;
+use crate::index::lane::restarts::{LaneRestart, RestartLog};
+use crate::index::lane::routes::Routes;
+use crate::index::lane::seq_hashes::SeqHashes;
+use crate::index::lane::spent::{SPENT_BATCH, SpentList};
+use crate::index::lane::worker_dump::dump_worker;
 use crate::mix::Mixer;
 use crate::pool::Lane;
 use crate::prefetch::prefetch_slice;
@@ -406,7 +408,7 @@ impl IndexLane {
     /// Per worker: each engine hash it holds with our sequence hash of the block.
     pub(crate) fn snapshot(&self) -> Vec<(Worker, Vec<(SequenceHash, SequenceHash)>)> {
         let guard = epoch::pin();
-        let mut seqs = self.trie.seq_hashes(&guard);
+        let mut seqs = SeqHashes::new(&self.trie, &guard);
         self.workers
             .iter()
             .map(|(&worker, held)| {

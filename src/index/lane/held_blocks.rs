@@ -7,9 +7,10 @@
 //! rare entry the tag map spills go in a [`ProbeMap`] keyed by the full name. Both find names
 //! through the pool's secret [`Mixer`] (engines' hashes are chosen by whoever sends events).
 
-use crate::index::lane_trie::{LaneTrie, NodeId};
-use crate::index::probe_map::ProbeMap;
-use crate::index::tag_map::TagMap;
+use crate::index::lane::lane_trie::LaneTrie;
+use crate::index::lane::node_ids::NodeId;
+use crate::index::lane::probe_map::ProbeMap;
+use crate::index::lane::tag_map::TagMap;
 use crate::mix::Mixer;
 
 /// See the [module docs](self).
@@ -120,7 +121,7 @@ impl HeldBlocks {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::index::run_table::RunTableWriter;
+    use crate::index::runs::run_table::RunTableWriter;
 
     /// Names that all shared one tag (and one probe-map home) under the fixed mixer the worker
     /// maps used before pools had their own: its multiply undone for values with one high half.

@@ -12,8 +12,8 @@
 //! What identifies a run is where it hangs (the [`Run::tail_id`] of its parent's last
 //! node, [`ROOT_TAIL`] for a root) and its first content hash, both fixed for the run's life.
 //! Tail ids are drawn by the lane and never reused. A run is found in the lane's
-//! [`RunTable`](crate::index::run_table::RunTable) under a key made of those two
-//! ([`RunTable::key`](crate::index::run_table::RunTable::key)): a walk that matched a run knows
+//! [`RunTable`](super::run_table::RunTable) under a key made of those two
+//! ([`RunTable::key`](super::run_table::RunTable::key)): a walk that matched a run knows
 //! its tail id and the query's next content hash, so it finds the next run with one multiply
 //! and no hashing of the chain, and a lane storing blocks hashes nothing per block. Our
 //! sequence hashes, which a run's place stands for, are computed only for snapshots.
@@ -33,14 +33,16 @@
 //! table's slots keep the thin pointer of its fixed part ([`RunHead`]), which records how many
 //! hashes follow, and [`Run::from_thin`] makes it whole again. A slot owns its version as a
 //! [`Version`], with no reference count (readers borrow it under their epoch guard), in memory
-//! the lane recycles ([`VersionCache`]).
+//! the lane recycles ([`VersionCache`]). Versions are made in `versions.rs`, with that memory:
+//! this file is the layout and what a version says.
+//!
+//! [`Version`]: super::versions::Version
+//! [`VersionCache`]: super::versions::VersionCache
 
-use std::alloc::Layout;
 use std::ops::Range;
 
-use crate::index::holder_sets::{Holders, RunHolders};
-use crate::index::locals::{INLINE, Locals};
-use crate::index::versions::{Version, VersionCache, layout_of};
+use crate::index::runs::holder_sets::{Holders, RunHolders};
+use crate::index::runs::locals::Locals;
 use crate::sync::{Arc, AtomicU32, Ordering};
 
 /// Identifies a run to its lane (an index into the lane's arena).
@@ -95,28 +97,24 @@ pub(crate) struct RunState {
 /// The tail id roots hang from; lanes draw real ones from 1 up.
 pub(crate) const ROOT_TAIL: u64 = 0;
 
-/// The fields of a version besides its inline hashes.
-struct Fixed {
-    id: u32,
-    parent_tail: u64,
-    tail_id: u64,
-    members: Holders,
-    shared: Option<Arc<[u64]>>,
-    start: u32,
-    len: u32,
+/// The fields of a version besides its inline hashes: what [`RunOf::new`] makes one of.
+pub(crate) struct RunFields {
+    pub(crate) id: u32,
+    pub(crate) parent_tail: u64,
+    pub(crate) tail_id: u64,
+    pub(crate) members: Holders,
+    pub(crate) shared: Option<Arc<[u64]>>,
+    pub(crate) start: u32,
+    pub(crate) len: u32,
 }
 
-/// A version with `fixed` and `inline` (`N` hashes), in memory from `cache`.
-fn sized<const N: usize>(fixed: Fixed, inline: &[u64], cache: &mut VersionCache) -> Version {
-    let Fixed { id, parent_tail, tail_id, members, shared, start, len } = fixed;
-    let mut hashes = [0; N];
-    hashes.copy_from_slice(inline);
-    debug_assert_eq!(Layout::new::<RunOf<[u64; N]>>(), layout_of(N));
-    let memory = cache.take(N).cast::<RunOf<[u64; N]>>();
-    // SAFETY: `take` gives memory of `layout_of(N)`, the layout of `RunOf<[u64; N]>`, that
-    // nothing else uses; it is written whole here.
-    unsafe {
-        memory.as_ptr().write(RunOf {
+impl<const N: usize> RunOf<[u64; N]> {
+    /// A version with `fields` and `N` hashes inline, to be written into memory of its layout
+    /// (versions are made in `versions.rs`, with the memory they live in).
+    #[inline]
+    pub(crate) fn new(fields: RunFields, inline: [u64; N]) -> Self {
+        let RunFields { id, parent_tail, tail_id, members, shared, start, len } = fields;
+        RunOf {
             id: AtomicU32::new(id),
             inline_len: N as u32,
             parent_tail,
@@ -125,61 +123,16 @@ fn sized<const N: usize>(fixed: Fixed, inline: &[u64], cache: &mut VersionCache)
             shared,
             start,
             len,
-            inline: hashes,
-        });
-    }
-    // SAFETY: written whole above, into memory of `layout_of` its inline length from the global
-    // allocator (`take`), owned by nothing else; `repr(C)` puts its fixed fields where a
-    // `RunHead`'s are.
-    unsafe { Version::from_raw(memory.as_ptr().cast::<RunHead>()) }
-}
-
-/// A version with `fixed` and `inline` (at most [`INLINE`] hashes), in memory from `cache`.
-fn made(fixed: Fixed, inline: &[u64], cache: &mut VersionCache) -> Version {
-    // One arm per length an inline run can have.
-    const _: () = assert!(INLINE == 11, "one arm per inline length below");
-    match inline.len() {
-        0 => sized::<0>(fixed, inline, cache),
-        1 => sized::<1>(fixed, inline, cache),
-        2 => sized::<2>(fixed, inline, cache),
-        3 => sized::<3>(fixed, inline, cache),
-        4 => sized::<4>(fixed, inline, cache),
-        5 => sized::<5>(fixed, inline, cache),
-        6 => sized::<6>(fixed, inline, cache),
-        7 => sized::<7>(fixed, inline, cache),
-        8 => sized::<8>(fixed, inline, cache),
-        9 => sized::<9>(fixed, inline, cache),
-        10 => sized::<10>(fixed, inline, cache),
-        _ => sized::<11>(fixed, inline, cache),
+            inline,
+        }
     }
 }
 
 impl Run {
-    /// A version of the lane's run `id`, hanging from `parent_tail`, in `state`, in memory from
-    /// `cache`.
-    pub(crate) fn version(
-        id: u32,
-        parent_tail: u64,
-        state: RunState,
-        cache: &mut VersionCache,
-    ) -> Version {
-        let RunState { locals, tail_id, members } = state;
-        let fixed =
-            |shared, start, len| Fixed { id, parent_tail, tail_id, members, shared, start, len };
-        match locals {
-            Locals::Shared { buffer, start, len } => {
-                made(fixed(Some(buffer), start, len), &[], cache)
-            }
-            Locals::Inline { len, hashes } => {
-                made(fixed(None, 0, u32::from(len)), &hashes[..usize::from(len)], cache)
-            }
-        }
-    }
-
-    /// This version with `members` as its holders (the same run, hashes and tail id), in
-    /// memory from `cache`.
-    pub(crate) fn with_members(&self, members: Holders, cache: &mut VersionCache) -> Version {
-        let fixed = Fixed {
+    /// This version's fields with `members` as its holders, and its inline hashes: the same
+    /// version with other holders is made of them.
+    pub(crate) fn parts_with(&self, members: Holders) -> (RunFields, &[u64]) {
+        let fields = RunFields {
             id: self.id.load(Ordering::Relaxed),
             parent_tail: self.parent_tail,
             tail_id: self.tail_id,
@@ -188,7 +141,7 @@ impl Run {
             start: self.start,
             len: self.len,
         };
-        made(fixed, &self.inline, cache)
+        (fields, &self.inline)
     }
 
     /// The content hash of each block.
@@ -207,6 +160,8 @@ impl Run {
     }
 
     /// How many hashes are inside the version (its size: see [`layout_of`]).
+    ///
+    /// [`layout_of`]: super::versions::layout_of
     #[inline]
     pub(crate) fn inline_len(&self) -> usize {
         self.inline_len as usize
@@ -252,6 +207,8 @@ impl Run {
     }
 
     /// The thin pointer of `run`, as [`Version::into_raw`] gives it.
+    ///
+    /// [`Version::into_raw`]: super::versions::Version::into_raw
     pub(crate) fn thin(run: &Run) -> *mut RunHead {
         std::ptr::from_ref(run).cast::<RunHead>().cast_mut()
     }
@@ -261,6 +218,8 @@ impl Run {
     /// # Safety
     ///
     /// `thin` came from [`Version::into_raw`] or [`Self::thin`], and its version lives for `'a`.
+    ///
+    /// [`Version::into_raw`]: super::versions::Version::into_raw
     #[inline]
     pub(crate) unsafe fn from_thin<'a>(thin: *const RunHead) -> &'a Run {
         // SAFETY: the caller's promise: `thin` points at a live version, which `fat` makes whole.
@@ -272,6 +231,8 @@ impl Run {
     /// # Safety
     ///
     /// `thin` came from [`Version::into_raw`], and its version is live.
+    ///
+    /// [`Version::into_raw`]: super::versions::Version::into_raw
     pub(crate) unsafe fn fat_mut(thin: *mut RunHead) -> *mut Run {
         // SAFETY: the caller's promise.
         unsafe { fat(thin) }.cast_mut()
@@ -291,91 +252,4 @@ unsafe fn fat(thin: *const RunHead) -> *const Run {
     let inline_len = unsafe { (*thin).inline_len } as usize;
     // A `Run`'s metadata is its inline slice's length, as for a slice of that length.
     std::ptr::slice_from_raw_parts(thin.cast::<u64>(), inline_len) as *const Run
-}
-
-#[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-    use crate::event::Worker;
-
-    fn state(locals: Locals) -> RunState {
-        RunState { locals, tail_id: 9, members: Holders::listed(&[Worker::new(3, 0)]) }
-    }
-
-    /// A version holds just as many hashes inline as its run has (none when they are shared),
-    /// and comes back whole from its thin pointer. Run under miri too (see the README).
-    #[test]
-    fn versions_are_sized_to_their_run() {
-        let values: Vec<u64> = (100..140).collect();
-        let mut cache = VersionCache::default();
-        for len in 1..=values.len() {
-            let run = Run::version(7, 5, state(Locals::new(&values[..len])), &mut cache);
-            assert_eq!(run.locals(), &values[..len]);
-            assert_eq!((run.len(), run.first(), run.tail_id, run.parent_tail), (len, 100, 9, 5));
-            assert_eq!(run.is_inline(), len <= INLINE, "{len}");
-            let inline = if len <= INLINE { len } else { 0 };
-            assert_eq!(run.inline_len(), inline);
-            assert_eq!(size_of_val(&*run), size_of::<RunHead>() + inline * 8, "{len}");
-            assert_eq!(Layout::for_value(&*run), layout_of(inline), "{len}");
-            let shared = if len <= INLINE { 0 } else { 16 + len * 8 };
-            assert_eq!(run.bytes(), size_of_val(&*run) + shared);
-            // Through the thin pointer a slot keeps, and back to an owner.
-            let at = Run::thin(&run);
-            let thin = run.into_raw();
-            assert_eq!(thin, at);
-            // SAFETY: `thin` owns its version until it is taken back below.
-            let seen = unsafe { Run::from_thin(thin) };
-            assert_eq!((seen.locals(), seen.tail_id), (&values[..len], 9));
-            // SAFETY: from `into_raw`, taken back once.
-            let run = unsafe { Version::from_raw(thin) };
-            // A holder change keeps everything else, a long run's hashes where they are.
-            let other = run.with_members(Holders::listed(&[Worker::new(4, 0)]), &mut cache);
-            assert_eq!((other.locals(), other.tail_id, other.parent_tail), (run.locals(), 9, 5));
-            assert_eq!(
-                (other.id.load(Ordering::Relaxed), size_of_val(&*other)),
-                (7, size_of_val(&*run))
-            );
-            assert_eq!(other.locals().as_ptr() == run.locals().as_ptr(), len > INLINE, "{len}");
-            assert!(other.members.view().holds(Worker::new(4, 0), None));
-            // Recycled memory makes the next version of its size; dropped, the other is freed.
-            let memory = Run::thin(&run);
-            cache.recycle(run);
-            let again = Run::version(8, 5, state(Locals::new(&values[..len])), &mut cache);
-            assert_eq!(Run::thin(&again), memory, "{len}");
-            assert_eq!((again.id.load(Ordering::Relaxed), again.locals()), (8, &values[..len]));
-            drop(other);
-            cache.recycle(again);
-        }
-        assert!(cache.bytes() > 0);
-    }
-
-    /// A part of a version is inline when short, shares a long run's allocation while it
-    /// covers more than half of it, and is a copy otherwise.
-    #[test]
-    fn parts_of_a_version_share_or_copy_its_hashes() {
-        let values: Vec<u64> = (0..100).collect();
-        let mut cache = VersionCache::default();
-        let long = Run::version(1, 0, state(Locals::new(&values)), &mut cache);
-        let short = Run::version(1, 0, state(Locals::new(&values[..8])), &mut cache);
-        let buffer = |locals: &Locals| match locals {
-            Locals::Inline { .. } => None,
-            Locals::Shared { buffer, .. } => Some(buffer.as_ptr()),
-        };
-        let all = long.part(0..long.len());
-        assert_eq!(&*all, &values[..]);
-        assert_eq!(buffer(&all), Some(long.locals().as_ptr()));
-        let head = long.part(0..60);
-        assert_eq!((&*head, buffer(&head)), (&values[..60], Some(long.locals().as_ptr())));
-        let tail = long.part(60..100);
-        assert_eq!(&*tail, &values[60..]);
-        assert!(buffer(&tail).is_some_and(|at| at != long.locals().as_ptr()), "a copy");
-        let few = long.part(50..55);
-        assert_eq!((&*few, buffer(&few)), (&values[50..55], None));
-        let some = short.part(2..6);
-        assert_eq!((&*some, buffer(&some)), (&values[2..6], None));
-        // A version made from a shared part reads through the same allocation.
-        let from_head = Run::version(2, 0, state(head), &mut cache);
-        assert_eq!(from_head.locals().as_ptr(), long.locals().as_ptr());
-        assert_eq!(from_head.locals(), &values[..60]);
-    }
 }

@@ -1,7 +1,7 @@
 //! [`WorkerSlots`]: which worker each of a lane's 64 holder bits stands for, as queries read it.
 //!
 //! A run's holders travel as a sorted list and, when every holder has one of the lane's 64
-//! slots, as a bit set over those slots too (see [`crate::index::holder_sets`]): a query then
+//! slots, as a bit set over those slots too (see [`super::holder_sets`]): a query then
 //! narrows its matching workers with one AND per run instead of merging lists, and looks the
 //! workers up here only once they drop out.
 //!

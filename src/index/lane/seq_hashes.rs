@@ -1,16 +1,17 @@
 //! [`SeqHashes`]: our sequence hashes of a lane's nodes, for snapshots. Nothing on the event or
-//! query path needs them (runs are keyed by where they hang, see [`crate::index::run`]), so
+//! query path needs them (runs are keyed by where they hang, see [`crate::index::runs::run`]), so
 //! they are computed on demand from the trie's content hashes, a run at a time.
 
 use std::collections::HashMap;
 
 use crate::event::{LocalBlockHash, SequenceHash};
 use crate::hash::next_sequence_hash;
-use crate::index::lane_trie::{LaneTrie, NodeId};
-use crate::index::run::RunId;
+use crate::index::lane::lane_trie::LaneTrie;
+use crate::index::lane::node_ids::NodeId;
+use crate::index::runs::run::RunId;
 use crate::sync::epoch::Guard;
 
-/// Our sequence hashes of a trie's nodes ([`LaneTrie::seq_hashes`]), computed from the roots
+/// Our sequence hashes of a trie's nodes, computed from the roots
 /// down a run at a time and kept per run, so a snapshot hashes each block once.
 pub(crate) struct SeqHashes<'a> {
     trie: &'a LaneTrie,
@@ -19,7 +20,7 @@ pub(crate) struct SeqHashes<'a> {
 }
 
 impl<'a> SeqHashes<'a> {
-    pub(super) fn new(trie: &'a LaneTrie, guard: &'a Guard) -> Self {
+    pub(crate) fn new(trie: &'a LaneTrie, guard: &'a Guard) -> Self {
         Self { trie, guard, runs: HashMap::new() }
     }
 

@@ -1,7 +1,7 @@
 //! [`Version`]: an owned [`Run`] version, and [`VersionCache`], the lane's memory for them.
 //!
 //! Versions are what a lane allocates most: every holder change, split or append replaces a
-//! run's version whole (see [`crate::index::run`]), and the old one is freed once readers let
+//! run's version whole (see [`super::run`]), and the old one is freed once readers let
 //! go of it. Through `std::sync::Arc` each was a `malloc` and, some events later, a `free`; on
 //! the `shared-fleet` shape those, with a boxed handle per retired version, were about a tenth
 //! of a lane's instructions (callgrind: 160–190 per call). Here a version is a plain
@@ -18,8 +18,9 @@ use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
 use std::ops::Deref;
 use std::ptr::NonNull;
 
-use crate::index::locals::INLINE;
-use crate::index::run::{Run, RunHead};
+use crate::index::runs::holder_sets::Holders;
+use crate::index::runs::locals::{INLINE, Locals};
+use crate::index::runs::run::{Run, RunFields, RunHead, RunOf, RunState};
 
 /// Reclaimed versions the cache keeps per size (inline hash count); more are freed.
 pub(crate) const KEEP_PER_SIZE: usize = 256;
@@ -29,6 +30,78 @@ pub(crate) fn layout_of(inline: usize) -> Layout {
     let hashes = Layout::array::<u64>(inline).expect("at most INLINE hashes");
     let (layout, _) = Layout::new::<RunHead>().extend(hashes).expect("a small version");
     layout.pad_to_align()
+}
+
+impl Run {
+    /// A version of the lane's run `id`, hanging from `parent_tail`, in `state`, in memory from
+    /// `cache`.
+    pub(crate) fn version(
+        id: u32,
+        parent_tail: u64,
+        state: RunState,
+        cache: &mut VersionCache,
+    ) -> Version {
+        let RunState { locals, tail_id, members } = state;
+        let fields = |shared, start, len| RunFields {
+            id,
+            parent_tail,
+            tail_id,
+            members,
+            shared,
+            start,
+            len,
+        };
+        match locals {
+            Locals::Shared { buffer, start, len } => {
+                made(fields(Some(buffer), start, len), &[], cache)
+            }
+            Locals::Inline { len, hashes } => {
+                made(fields(None, 0, u32::from(len)), &hashes[..usize::from(len)], cache)
+            }
+        }
+    }
+
+    /// This version with `members` as its holders (the same run, hashes and tail id), in
+    /// memory from `cache`.
+    pub(crate) fn with_members(&self, members: Holders, cache: &mut VersionCache) -> Version {
+        let (fields, inline) = self.parts_with(members);
+        made(fields, inline, cache)
+    }
+}
+
+/// A version with `fields` and `inline` (`N` hashes), in memory from `cache`.
+fn sized<const N: usize>(fields: RunFields, inline: &[u64], cache: &mut VersionCache) -> Version {
+    let mut hashes = [0; N];
+    hashes.copy_from_slice(inline);
+    debug_assert_eq!(Layout::new::<RunOf<[u64; N]>>(), layout_of(N));
+    let memory = cache.take(N).cast::<RunOf<[u64; N]>>();
+    // SAFETY: `take` gives memory of `layout_of(N)`, the layout of `RunOf<[u64; N]>`, that
+    // nothing else uses; it is written whole here.
+    unsafe { memory.as_ptr().write(RunOf::new(fields, hashes)) };
+    // SAFETY: written whole above, into memory of `layout_of` its inline length from the global
+    // allocator (`take`), owned by nothing else; `repr(C)` puts its fixed fields where a
+    // `RunHead`'s are.
+    unsafe { Version::from_raw(memory.as_ptr().cast::<RunHead>()) }
+}
+
+/// A version with `fields` and `inline` (at most [`INLINE`] hashes), in memory from `cache`.
+fn made(fields: RunFields, inline: &[u64], cache: &mut VersionCache) -> Version {
+    // One arm per length an inline run can have.
+    const _: () = assert!(INLINE == 11, "one arm per inline length below");
+    match inline.len() {
+        0 => sized::<0>(fields, inline, cache),
+        1 => sized::<1>(fields, inline, cache),
+        2 => sized::<2>(fields, inline, cache),
+        3 => sized::<3>(fields, inline, cache),
+        4 => sized::<4>(fields, inline, cache),
+        5 => sized::<5>(fields, inline, cache),
+        6 => sized::<6>(fields, inline, cache),
+        7 => sized::<7>(fields, inline, cache),
+        8 => sized::<8>(fields, inline, cache),
+        9 => sized::<9>(fields, inline, cache),
+        10 => sized::<10>(fields, inline, cache),
+        _ => sized::<11>(fields, inline, cache),
+    }
 }
 
 /// An owned version: dropping it drops its fields and frees its memory (see the
@@ -183,9 +256,88 @@ impl VersionPtr {
 mod tests {
     use super::*;
     use crate::event::Worker;
-    use crate::index::holder_sets::Holders;
-    use crate::index::locals::Locals;
-    use crate::index::run::RunState;
+    use crate::sync::Ordering;
+
+    fn state(locals: Locals) -> RunState {
+        RunState { locals, tail_id: 9, members: Holders::listed(&[Worker::new(3, 0)]) }
+    }
+
+    /// A version holds just as many hashes inline as its run has (none when they are shared),
+    /// and comes back whole from its thin pointer. Run under miri too (see the README).
+    #[test]
+    fn versions_are_sized_to_their_run() {
+        let values: Vec<u64> = (100..140).collect();
+        let mut cache = VersionCache::default();
+        for len in 1..=values.len() {
+            let run = Run::version(7, 5, state(Locals::new(&values[..len])), &mut cache);
+            assert_eq!(run.locals(), &values[..len]);
+            assert_eq!((run.len(), run.first(), run.tail_id, run.parent_tail), (len, 100, 9, 5));
+            assert_eq!(run.is_inline(), len <= INLINE, "{len}");
+            let inline = if len <= INLINE { len } else { 0 };
+            assert_eq!(run.inline_len(), inline);
+            assert_eq!(size_of_val(&*run), size_of::<RunHead>() + inline * 8, "{len}");
+            assert_eq!(Layout::for_value(&*run), layout_of(inline), "{len}");
+            let shared = if len <= INLINE { 0 } else { 16 + len * 8 };
+            assert_eq!(run.bytes(), size_of_val(&*run) + shared);
+            // Through the thin pointer a slot keeps, and back to an owner.
+            let at = Run::thin(&run);
+            let thin = run.into_raw();
+            assert_eq!(thin, at);
+            // SAFETY: `thin` owns its version until it is taken back below.
+            let seen = unsafe { Run::from_thin(thin) };
+            assert_eq!((seen.locals(), seen.tail_id), (&values[..len], 9));
+            // SAFETY: from `into_raw`, taken back once.
+            let run = unsafe { Version::from_raw(thin) };
+            // A holder change keeps everything else, a long run's hashes where they are.
+            let other = run.with_members(Holders::listed(&[Worker::new(4, 0)]), &mut cache);
+            assert_eq!((other.locals(), other.tail_id, other.parent_tail), (run.locals(), 9, 5));
+            assert_eq!(
+                (other.id.load(Ordering::Relaxed), size_of_val(&*other)),
+                (7, size_of_val(&*run))
+            );
+            assert_eq!(other.locals().as_ptr() == run.locals().as_ptr(), len > INLINE, "{len}");
+            assert!(other.members.view().holds(Worker::new(4, 0), None));
+            // Recycled memory makes the next version of its size; dropped, the other is freed.
+            let memory = Run::thin(&run);
+            cache.recycle(run);
+            let again = Run::version(8, 5, state(Locals::new(&values[..len])), &mut cache);
+            assert_eq!(Run::thin(&again), memory, "{len}");
+            assert_eq!((again.id.load(Ordering::Relaxed), again.locals()), (8, &values[..len]));
+            drop(other);
+            cache.recycle(again);
+        }
+        assert!(cache.bytes() > 0);
+    }
+
+    /// A part of a version is inline when short, shares a long run's allocation while it
+    /// covers more than half of it, and is a copy otherwise.
+    #[test]
+    fn parts_of_a_version_share_or_copy_its_hashes() {
+        let values: Vec<u64> = (0..100).collect();
+        let mut cache = VersionCache::default();
+        let long = Run::version(1, 0, state(Locals::new(&values)), &mut cache);
+        let short = Run::version(1, 0, state(Locals::new(&values[..8])), &mut cache);
+        let buffer = |locals: &Locals| match locals {
+            Locals::Inline { .. } => None,
+            Locals::Shared { buffer, .. } => Some(buffer.as_ptr()),
+        };
+        let all = long.part(0..long.len());
+        assert_eq!(&*all, &values[..]);
+        assert_eq!(buffer(&all), Some(long.locals().as_ptr()));
+        let head = long.part(0..60);
+        assert_eq!((&*head, buffer(&head)), (&values[..60], Some(long.locals().as_ptr())));
+        let tail = long.part(60..100);
+        assert_eq!(&*tail, &values[60..]);
+        assert!(buffer(&tail).is_some_and(|at| at != long.locals().as_ptr()), "a copy");
+        let few = long.part(50..55);
+        assert_eq!((&*few, buffer(&few)), (&values[50..55], None));
+        let some = short.part(2..6);
+        assert_eq!((&*some, buffer(&some)), (&values[2..6], None));
+        // A version made from a shared part reads through the same allocation.
+        let from_head = Run::version(2, 0, state(head), &mut cache);
+        assert_eq!(from_head.locals().as_ptr(), long.locals().as_ptr());
+        assert_eq!(from_head.locals(), &values[..60]);
+    }
 
     fn version(len: usize, cache: &mut VersionCache) -> Version {
         let locals: Vec<u64> = (1..=len as u64).collect();

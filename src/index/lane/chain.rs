@@ -9,8 +9,9 @@
 //! from event to event.
 
 use crate::event::{SequenceHash, StoredBlock, Worker};
-use crate::index::held_blocks::HeldBlocks;
-use crate::index::lane_trie::{LaneTrie, NodeId, shed};
+use crate::index::lane::held_blocks::HeldBlocks;
+use crate::index::lane::lane_trie::{LaneTrie, shed};
+use crate::index::lane::node_ids::NodeId;
 use crate::sync::epoch::Guard;
 
 /// How many blocks ahead of the one being checked the worker map's buckets are prefetched: the

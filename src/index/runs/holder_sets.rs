@@ -16,7 +16,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 
 use crate::event::Worker;
-use crate::index::worker_slots::{SLOTS, WorkerSlots};
+use crate::index::runs::worker_slots::{SLOTS, WorkerSlots};
 use crate::sync::epoch::Reclaimer;
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering, shared_slice};
 
@@ -81,7 +81,7 @@ impl HolderView<'_> {
     }
 }
 
-/// A version's holders (see [`crate::index::run`]). A list is fixed for the version's life;
+/// A version's holders (see [`super::run`]). A list is fixed for the version's life;
 /// bits the lane changes in place while the version is current, since a holder change keeps
 /// everything else about the run: a reader loads the bits once per visit (with acquire, so it
 /// sees the names of the slots they set: see [`WorkerSlots`]), and so sees the run's content

@@ -1,8 +1,9 @@
 //! The `Stored` events that rebuild one worker's blocks, from its names and the lane's tree.
 
 use crate::event::{SequenceHash, StoredBlock};
-use crate::index::held_blocks::HeldBlocks;
-use crate::index::lane_trie::{LaneTrie, NodeId};
+use crate::index::lane::held_blocks::HeldBlocks;
+use crate::index::lane::lane_trie::LaneTrie;
+use crate::index::lane::node_ids::NodeId;
 use crate::sync::epoch::Guard;
 use crate::u64_map::U64Map;
 
