@@ -605,6 +605,19 @@ mod tests {
         assert_eq!(routes(), (0, vec![0, 0]));
     }
 
+    /// Inline lanes run their hooks inside the producer's send: events for workers never
+    /// admitted leave no route behind there either, so placement follows live workers only.
+    #[test]
+    fn inline_lanes_keep_no_route_of_workers_never_admitted() {
+        let config = PoolConfig { lanes: 2, mode: LaneMode::Inline, ..PoolConfig::default() };
+        let pool = EventPool::new(config).unwrap();
+        for id in 0..1000 {
+            let unknown = RouterEvent::removed(Worker::new(id, 0), 0, vec![SequenceHash(1)]);
+            pool.apply(unknown).unwrap();
+        }
+        assert_eq!(pool.routes.counts(), (0, vec![0, 0]));
+    }
+
     /// Removing workers gives their lane's room back, and new workers go there.
     #[test]
     fn removed_workers_free_their_lane_for_new_ones() {

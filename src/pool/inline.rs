@@ -47,7 +47,7 @@ impl<L: Lane> InlineLanes<L> {
         }
         // Like a message sent to a lane thread, it was taken whatever becomes of it: a lane that
         // goes down fails the calls that come after.
-        run_guarded(&mut slot, |state| {
+        run_guarded(&mut slot, 1, |state| {
             state.handle(message);
             // The hook's side effects (handing back spent buffers) still matter; nobody waits.
             let _ = state.wants_producer();
@@ -70,7 +70,7 @@ impl<L: Lane> InlineLanes<L> {
         if slot.is_none() {
             return Err(LaneDown);
         }
-        match run_guarded(&mut slot, task) {
+        match run_guarded(&mut slot, 0, task) {
             Handled::Done(result) => Ok(result),
             Handled::Recovered | Handled::Down => Err(LaneDown),
         }
@@ -102,8 +102,13 @@ enum Handled<R> {
 
 /// Calls `work` on the state in `slot` (which holds one), then the hooks a lane thread calls
 /// when its queue runs empty, catching a panic as a lane thread does: [`Lane::recover`], or the
-/// state is dropped and the lane is down.
-fn run_guarded<L: Lane, R>(slot: &mut Option<L>, work: impl FnOnce(&mut L) -> R) -> Handled<R> {
+/// state is dropped and the lane is down. `own_sends` is 1 when `work` handles a message the
+/// caller is sending (see [`Lane::quiet`]).
+fn run_guarded<L: Lane, R>(
+    slot: &mut Option<L>,
+    own_sends: usize,
+    work: impl FnOnce(&mut L) -> R,
+) -> Handled<R> {
     let Some(state) = slot.as_mut() else { return Handled::Down };
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let result = work(state);
@@ -124,7 +129,7 @@ fn run_guarded<L: Lane, R>(slot: &mut Option<L>, work: impl FnOnce(&mut L) -> R)
     };
     // Nothing is queued behind the call.
     if let Some(state) = slot.as_mut() {
-        let _ = catch_unwind(AssertUnwindSafe(|| state.quiet(&|| 0)));
+        let _ = catch_unwind(AssertUnwindSafe(|| state.quiet(&|| 0, own_sends)));
     }
     handled
 }
@@ -157,7 +162,7 @@ mod tests {
         fn idle(&mut self) {
             self.idles += 1;
         }
-        fn quiet(&mut self, queued: &dyn Fn() -> usize) {
+        fn quiet(&mut self, queued: &dyn Fn() -> usize, _own_sends: usize) {
             assert_eq!(queued(), 0);
             self.quiets += 1;
         }

@@ -55,9 +55,10 @@ pub trait Lane: Send + 'static {
 
     /// Called once the lane has handled everything it took and found its queue empty, right
     /// after [`Self::idle`]: `queued` says how many messages are queued now (producers may have
-    /// sent more since).
-    fn quiet(&mut self, queued: &dyn Fn() -> usize) {
-        let _ = queued;
+    /// sent more since), and `own_sends` how many sends the calling thread itself is inside (1
+    /// when an inline lane runs its hooks within the caller's send, else 0).
+    fn quiet(&mut self, queued: &dyn Fn() -> usize, own_sends: usize) {
+        let _ = (queued, own_sends);
     }
 
     /// Called after handling a message or a task panicked, on the lane's thread: puts the
@@ -432,7 +433,7 @@ fn serve<L: Lane>(
         batch.shrink_to(IDLE_BATCH_ROOM);
         receiver.shrink_if_empty(IDLE_BATCH_ROOM);
         lane.idle();
-        lane.quiet(&|| receiver.len());
+        lane.quiet(&|| receiver.len(), 0);
     }
 }
 

@@ -189,13 +189,13 @@ impl Lane for IndexLane {
 
     /// Drops the routes of the workers gone from this lane, now that no event for them can be
     /// queued.
-    fn quiet(&mut self, queued: &dyn Fn() -> usize) {
+    fn quiet(&mut self, queued: &dyn Fn() -> usize, own_sends: usize) {
         if self.gone.is_empty() {
             return;
         }
         let workers = &self.workers;
         let gone = self.gone.iter().copied().filter(|worker| !workers.contains_key(worker));
-        if self.routes.try_drop(self.lane, gone, queued) {
+        if self.routes.try_drop(self.lane, gone, queued, own_sends) {
             self.gone.clear();
         }
     }
