@@ -315,7 +315,13 @@ impl RecoveryState {
                         }
                     }
                 }
-                drop_phantoms(stream, source_last, job.issued);
+                if drop_phantoms(stream, source_last, job.issued) > 0 {
+                    // Events published before the fetch that the source does not know: a
+                    // restarted worker's leftovers, or a source that lost them. Either way the
+                    // gap is not healed: only a full restore says what the worker holds.
+                    stream.start(JobKind::Full, now);
+                    return;
+                }
                 if source_last >= from && !stream.buffer.contains_key(&from) {
                     // The source did not have what it was asked for: a failed attempt.
                     return failed(stream, &self.config, job.kind, now);
@@ -417,11 +423,14 @@ fn buffer(stream: &mut Stream, event: RouterEvent, capacity: usize, now: Instant
 }
 
 /// Buffered events the source has never published although they arrived before it answered:
-/// left over from an earlier run of a restarted worker (its ids are reused). Dropped.
-fn drop_phantoms(stream: &mut Stream, source_last: u64, issued: u64) {
+/// left over from an earlier run of a restarted worker (its ids are reused), or lost by the
+/// source. Dropped; returns how many.
+fn drop_phantoms(stream: &mut Stream, source_last: u64, issued: u64) -> usize {
     let before = stream.buffer.len();
     stream.buffer.retain(|&id, &mut (arrival, _)| id <= source_last || arrival > issued);
-    stream.stats.phantoms += (before - stream.buffer.len()) as u64;
+    let dropped = before - stream.buffer.len();
+    stream.stats.phantoms += dropped as u64;
+    dropped
 }
 
 /// The stream of `key`, made (as a new incarnation) if there is none.

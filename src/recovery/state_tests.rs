@@ -205,8 +205,39 @@ fn events_left_over_from_before_a_restart_are_dropped_not_waited_for() {
     assert_eq!(job.kind, JobKind::Since(2));
     state.on_result(job, Ok(Recovered::Events(Vec::new())), now, &mut out);
     let stats = stream(&state);
-    assert_eq!((stats.phantoms, stats.recovering, stats.buffered), (1, false, 0));
+    assert_eq!((stats.phantoms, stats.buffered, stats.healed), (1, 0, 0));
     assert!(out.is_empty());
+    // Only a full restore says what the new run holds: the stream is not taken as healed.
+    let full = state.due_jobs(now)[0];
+    assert_eq!(full.kind, JobKind::Full);
+    let dump = Dump { events: vec![stored(1)], last_event_id: 1 };
+    state.on_result(full, Ok(Recovered::Dump(dump)), now, &mut out);
+    assert_eq!(applied(&out), [1]);
+    let stats = stream(&state);
+    assert_eq!((stats.recovering, stats.buffered, stats.restores), (false, 0, 1));
+}
+
+/// A gap whose fetch comes back empty, while an event past it was buffered before the fetch:
+/// the source lost what the worker published (or the worker restarted). The buffered event is
+/// not dropped as healed: the stream is restored in full, and ends holding it.
+#[test]
+fn an_empty_answer_to_a_gap_restores_the_stream_rather_than_calling_it_healed() {
+    let now = Instant::now();
+    let mut state = live_at(1, now);
+    let mut out = Vec::new();
+    state.on_event(stored(4), || now, &mut out);
+    let job = state.due_jobs(now)[0];
+    assert_eq!(job.kind, JobKind::Since(2));
+    state.on_result(job, Ok(Recovered::Events(Vec::new())), now, &mut out);
+    let stats = stream(&state);
+    assert_eq!((stats.healed, stats.recovering), (0, true), "the gap was taken as healed");
+    let full = state.due_jobs(now)[0];
+    assert_eq!(full.kind, JobKind::Full);
+    let dump = Dump { events: (1..=4).map(stored).collect(), last_event_id: 4 };
+    state.on_result(full, Ok(Recovered::Dump(dump)), now, &mut out);
+    assert_eq!(applied(&out), [1, 2, 3, 4]);
+    let stats = stream(&state);
+    assert_eq!((stats.healed, stats.recovering, stats.restores), (1, false, 1));
 }
 
 #[test]
