@@ -57,7 +57,7 @@ fn fixed_seed_inputs_agree_with_the_reference() {
 }
 
 /// The checked-in inputs of fuzz target `target` (hidden files skipped).
-#[cfg(feature = "nats")]
+#[cfg(all(feature = "nats", not(loom)))]
 fn corpus(target: &str) -> Vec<(std::path::PathBuf, Vec<u8>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target);
     let mut inputs = Vec::new();
@@ -73,7 +73,7 @@ fn corpus(target: &str) -> Vec<(std::path::PathBuf, Vec<u8>)> {
     inputs
 }
 
-#[cfg(feature = "nats")]
+#[cfg(all(feature = "nats", not(loom)))]
 #[test]
 fn nats_frame_corpus_decodes_or_is_refused() {
     for (path, data) in corpus("nats_frame") {
@@ -86,7 +86,7 @@ fn nats_frame_corpus_decodes_or_is_refused() {
     }
 }
 
-#[cfg(feature = "nats")]
+#[cfg(all(feature = "nats", not(loom)))]
 #[test]
 fn nats_snapshot_corpus_reassembles_what_the_views_believe() {
     for (path, data) in corpus("nats_snapshot") {
