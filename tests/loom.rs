@@ -2,9 +2,11 @@
 //! the run table's slot protocol (colliding keys too), publication of a new run vs a reader, a
 //! split (a second worker joining part of a run) vs a reader, a worker joining a whole run in
 //! place vs a reader, two lanes changing who holds one prefix while a query merges both, worker
-//! removal racing a reader, the pool's flush barrier, producers waiting for room in a full queue
-//! (and woken early by a lane that asks for them), a lane handing values back for producers to
-//! drop, and one deliberately wrong protocol that loom must catch.
+//! removal racing a reader, a join (a run and its only child made one again) vs a reader, the
+//! pool's flush barrier, producers waiting for room in a full queue (and woken early by a lane
+//! that asks for them), a lane handing values back for producers to drop, and two deliberately
+//! wrong protocols that loom must catch (a split that shrinks the head first, a join that
+//! unlinks its tail at once).
 #![cfg(loom)]
 
 use kvroute::index::loom_internals::{LoomLane, LoomTable};
@@ -312,5 +314,43 @@ fn a_split_that_shrinks_the_head_first_is_caught() {
         };
         assert_eq!(depth, 3, "lost the tail");
         writer.join().unwrap();
+    });
+}
+
+/// Worker 2 leaving the first block of worker 1's run leaves both parts with the same holders:
+/// they are joined into a new version of the head, and the tail stays in the table below the
+/// head's old tail id, so a reader still on the old head never loses worker 1's later blocks.
+#[test]
+fn a_join_never_hides_blocks_from_a_reader() {
+    loom::model(|| {
+        let mut lane = LoomLane::default();
+        let nodes = lane.append(w(1), None, &[1, 2, 3]);
+        lane.add_holder(w(2), &nodes[..1]);
+        assert_eq!(lane.runs(), 2);
+        let reader = lane.reader();
+        let query = thread::spawn(move || reader.find_matches(&[1, 2, 3]));
+        lane.release(w(2), &nodes[..1]);
+        let seen = query.join().unwrap();
+        assert!(seen == vec![(w(1), 3)] || seen == vec![(w(1), 3), (w(2), 1)], "saw {seen:?}");
+        assert_eq!(lane.reader().find_matches(&[1, 2, 3]), vec![(w(1), 3)]);
+        assert_eq!(lane.runs(), 1);
+    });
+}
+
+/// A join whose tail is unlinked at once, while a reader may still be on the head's old
+/// version: the reader can find neither the tail's blocks in that version nor the tail run.
+/// Loom must find that interleaving.
+#[test]
+#[should_panic(expected = "lost the tail")]
+fn a_join_that_unlinks_the_tail_at_once_is_caught() {
+    loom::model(|| {
+        let mut lane = LoomLane::default();
+        let nodes = lane.append(w(1), None, &[1, 2, 3]);
+        lane.add_holder(w(2), &nodes[..1]);
+        let reader = lane.reader();
+        let query = thread::spawn(move || reader.find_matches(&[1, 2, 3]));
+        lane.release_unlinking_joined_tails_at_once(w(2), &nodes[..1]);
+        let seen = query.join().unwrap();
+        assert!(seen.first() == Some(&(w(1), 3)), "lost the tail: saw {seen:?}");
     });
 }

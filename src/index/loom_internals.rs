@@ -40,18 +40,37 @@ impl LoomLane {
     /// Adds a branch held by `worker` below `at` (the root if `None`); returns its nodes.
     pub fn append(&mut self, worker: Worker, at: Option<u32>, locals: &[u64]) -> Vec<u32> {
         let ids: Vec<u32> = locals.iter().map(|&local| self.trie.reserve_node(local)).collect();
-        self.trie.append(worker, at, locals, &ids, &pin());
+        let guard = pin();
+        self.trie.append(worker, at, locals, &ids, &guard);
+        self.trie.end_event(&guard);
         ids
     }
 
     /// Makes `worker` a holder of the existing consecutive `nodes`.
     pub fn add_holder(&mut self, worker: Worker, nodes: &[u32]) {
-        self.trie.add_holder(worker, nodes, &pin());
+        let guard = pin();
+        self.trie.add_holder(worker, nodes, &guard);
+        self.trie.end_event(&guard);
     }
 
-    /// Drops `worker` as a holder of `nodes`.
+    /// Drops `worker` as a holder of `nodes` (runs left with their only child's holders are
+    /// joined at the end, as a lane does at the end of an event).
     pub fn release(&mut self, worker: Worker, nodes: &[u32]) {
-        self.trie.release(worker, nodes, &pin());
+        let guard = pin();
+        self.trie.release(worker, nodes, &guard);
+        self.trie.end_event(&guard);
+    }
+
+    /// [`Self::release`], then the joined tails unlinked at once rather than once readers of
+    /// the old heads are gone: the wrong protocol, for a model to catch.
+    pub fn release_unlinking_joined_tails_at_once(&mut self, worker: Worker, nodes: &[u32]) {
+        self.release(worker, nodes);
+        self.trie.unlink_superseded_now();
+    }
+
+    /// Live runs.
+    pub fn runs(&self) -> usize {
+        self.trie.run_count()
     }
 }
 

@@ -104,6 +104,19 @@ mod imp {
             self.sealed.push_back((number, batch));
         }
 
+        /// The number the open batch gets when sealed: what is retired now is safe from
+        /// readers once [`Self::is_safe`] says so of it (if the open batch is empty when
+        /// sealed, a later batch takes the number, and that is safe later still).
+        pub fn open_batch(&self) -> u64 {
+            self.seals + 1
+        }
+
+        /// Whether no reader can hold anything retired in batch `number` (see
+        /// [`Self::open_batch`]) or earlier.
+        pub fn is_safe(&self, number: u64) -> bool {
+            self.safe.load(Ordering::Acquire) >= number
+        }
+
         /// Drops the sealed batches no reader can hold any more, handing their values to
         /// `take`.
         pub fn reclaim_with(&mut self, mut take: impl FnMut(V)) {
@@ -226,6 +239,16 @@ mod imp {
 
         /// Nothing to seal.
         pub fn seal(&mut self, _guard: &Guard) {}
+
+        /// Batches are not numbered: nothing is ever safe before the reclaimer drops.
+        pub fn open_batch(&self) -> u64 {
+            0
+        }
+
+        /// Never: the models join their readers only at the end.
+        pub fn is_safe(&self, _number: u64) -> bool {
+            false
+        }
 
         /// Nothing is handed back early.
         pub fn reclaim_with(&mut self, _take: impl FnMut(V)) {}

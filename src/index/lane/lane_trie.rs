@@ -15,6 +15,10 @@
 //! Runs are looked up by identity, not by key (see [`crate::index::runs::run`]): each block
 //! that is a run's last carries a tail id drawn from a counter that never repeats, and a child run
 //! records its parent's.
+//!
+//! Splits are undone: a run whose holders become its only child's is joined with it at the end
+//! of the event (`joins.rs`), so a chain that workers keep caching and evicting stays as few
+//! runs as its holders make it, however long it lives.
 
 use crate::event::{LocalBlockHash, Worker};
 use crate::index::lane::chunked::ChunkedVec;
@@ -26,6 +30,9 @@ use crate::index::runs::run_table::{RunReclaimer, RunTableWriter};
 use crate::index::runs::versions::{Version, VersionCache, VersionPtr};
 use crate::sync::Ordering;
 use crate::sync::epoch::Guard;
+
+mod joins;
+use joins::Superseded;
 
 /// The parent of root runs.
 const ROOT: NodeId = NodeId::MAX;
@@ -72,6 +79,8 @@ struct RunMeta {
     parent: NodeId,
     /// How many runs hang below this run's last node.
     children: u32,
+    /// The xor of their run ids: with one child, its id (so a join finds it without a list).
+    child_xor: RunId,
     /// The node at each offset.
     ids: NodeIds,
 }
@@ -104,6 +113,12 @@ pub(crate) struct LaneTrie {
     /// appended.
     spots: Vec<(RunId, u32)>,
     joined: Vec<u64>,
+    /// Runs whose holders or children changed in this event: joined with a neighbour at its
+    /// end where they have become one run's worth (see `joins.rs`).
+    may_join: Vec<RunId>,
+    /// Runs joined into their parent that stay in the table for readers that loaded the
+    /// parent's old version, until they are gone.
+    superseded: Superseded,
     /// Makes the runs' holder sets (and hands out the lane's holder slots).
     holder_sets: HolderSets,
     /// What this lane unlinked and readers may still hold.
@@ -158,6 +173,8 @@ impl LaneTrie {
             free_nodes: Vec::new(),
             spots: Vec::new(),
             joined: Vec::new(),
+            may_join: Vec::new(),
+            superseded: Superseded::default(),
             holder_sets: HolderSets::default(),
             retired: RunReclaimer::default(),
             versions: VersionCache::default(),
@@ -193,6 +210,7 @@ impl LaneTrie {
     /// Closes the event's batch of retired values (freed once readers pinned now are gone), and
     /// frees earlier batches that are safe.
     pub(crate) fn end_event(&mut self, guard: &Guard) {
+        self.join_where_due(guard);
         self.retired.seal(guard);
         self.reclaim();
     }
@@ -203,8 +221,12 @@ impl LaneTrie {
     /// child; the retired values stay with the reclaimer, freed as readers allow.
     pub(crate) fn reset(&mut self) {
         let guard = crate::sync::epoch::pin();
+        // The table's slots own every version, superseded ones included.
         self.table.clear(&guard, &mut self.retired);
-        self.end_event(&guard);
+        self.superseded = Superseded::default();
+        self.may_join = Vec::new();
+        self.retired.seal(&guard);
+        self.reclaim();
         self.runs = ChunkedVec::default();
         self.free_runs = Vec::new();
         self.nodes = ChunkedVec::default();
@@ -219,6 +241,7 @@ impl LaneTrie {
     pub(crate) fn trim_buffers(&mut self) {
         shed(&mut self.spots);
         shed(&mut self.joined);
+        shed(&mut self.may_join);
     }
 
     /// Forgets what the trie keeps for `worker` itself (it holds nothing any more).
@@ -229,6 +252,7 @@ impl LaneTrie {
     /// Frees the retired batches that are safe (when idle), keeping their versions' memory.
     pub(crate) fn reclaim(&mut self) {
         self.retired.reclaim_with(|version| self.versions.recycle(version));
+        self.unlink_superseded();
     }
 
     fn meta(&self, run: RunId) -> &RunMeta {
@@ -420,7 +444,7 @@ impl LaneTrie {
                 Some(parent) => self.state(parent, guard).tail_id,
             };
             let ids = NodeIds::new(ids);
-            self.add_run(at.unwrap_or(ROOT), parent_tail, state, ids, 0, guard);
+            self.add_run(at.unwrap_or(ROOT), parent_tail, state, ids, (0, 0), guard);
         }
     }
 
@@ -540,6 +564,7 @@ impl LaneTrie {
         let head_last = meta.ids.last();
         // The tail takes the children (they hang below its last node), and the head has one.
         let children = std::mem::take(&mut meta.children);
+        let child_xor = std::mem::take(&mut meta.child_xor);
         // The tail keeps the last block's tail id (the children stay below it); the head's
         // new last block gets a fresh one, which the tail hangs from.
         let tail = RunState {
@@ -549,7 +574,7 @@ impl LaneTrie {
         };
         let head_tail = self.fresh_tail();
         // The tail is findable before the head stops covering it.
-        let new = self.add_run(head_last, head_tail, tail, ids, children, guard);
+        let new = self.add_run(head_last, head_tail, tail, ids, (children, child_xor), guard);
         let head = RunState {
             locals: state.part(0..at),
             tail_id: head_tail,
@@ -613,6 +638,7 @@ impl LaneTrie {
     /// Makes `members` the holders of `run`: in place when both they and the old ones are bits
     /// (a reader sees the run as it was before or after), else in a new version.
     fn set_members(&mut self, run: RunId, members: Holders, guard: &Guard) {
+        self.may_join.push(run);
         let meta = self.runs[run as usize].as_ref().expect("live run");
         if meta.run().members.set_in_place(&members) {
             return;
@@ -647,7 +673,7 @@ impl LaneTrie {
 
     /// Registers and publishes a run below the node `parent` (or [`ROOT`]), whose tail id is
     /// `parent_tail` (then, or once the caller publishes it), with `children` runs below its
-    /// last node.
+    /// last node (their count and [`RunMeta::child_xor`]).
     #[allow(clippy::too_many_arguments)] // the parts of one run, each built by the caller
     fn add_run(
         &mut self,
@@ -655,7 +681,7 @@ impl LaneTrie {
         parent_tail: u64,
         state: RunState,
         ids: NodeIds,
-        children: u32,
+        (children, child_xor): (u32, RunId),
         guard: &Guard,
     ) -> RunId {
         let id = match self.free_runs.pop() {
@@ -670,12 +696,13 @@ impl LaneTrie {
         let key = self.table.table().key_of(&run);
         let at = VersionPtr::of(&run);
         self.table.insert(key, run, guard, &mut self.retired);
-        let meta = RunMeta { run: at, parent, children, ids };
+        let meta = RunMeta { run: at, parent, children, child_xor, ids };
         self.run_bytes += run_heap_bytes(&meta);
         self.runs[id as usize] = Some(meta);
         if parent != ROOT {
-            let parent = self.nodes[parent as usize].run;
-            self.meta_mut(parent).children += 1;
+            let parent = self.meta_mut(self.nodes[parent as usize].run);
+            parent.children += 1;
+            parent.child_xor ^= id;
         }
         id
     }
@@ -693,9 +720,13 @@ impl LaneTrie {
                 return;
             }
             let parent = self.nodes[meta.parent as usize].run;
-            let siblings = &mut self.meta_mut(parent).children;
-            *siblings -= 1;
-            if *siblings > 0 || !self.state(parent, guard).members.view().is_empty() {
+            let parent_meta = self.meta_mut(parent);
+            parent_meta.children -= 1;
+            parent_meta.child_xor ^= run;
+            let siblings = parent_meta.children;
+            if siblings > 0 || !self.state(parent, guard).members.view().is_empty() {
+                // One child left may now be the rest of the parent's run.
+                self.may_join.push(parent);
                 return;
             }
             run = parent;
@@ -733,10 +764,20 @@ impl LaneTrie {
             // Renumbered in order: every run's ids are a span now.
             meta.ids = NodeIds::Span { first, len: meta.ids.len() as u32 };
         }
-        // Parents by their new ids, now that every node has one.
+        // Parents by their new ids, now that every node has one; children by their new ids.
+        let mut parents = Vec::with_capacity(runs.len());
         for meta in runs.iter_mut().flatten() {
+            meta.child_xor = 0;
             if meta.parent != ROOT {
                 meta.parent = node_map[meta.parent as usize];
+                parents.push(nodes[meta.parent as usize].run);
+            } else {
+                parents.push(RunId::MAX);
+            }
+        }
+        for (child, &parent) in parents.iter().enumerate() {
+            if parent != RunId::MAX {
+                runs[parent as usize].as_mut().expect("live parent").child_xor ^= child as RunId;
             }
         }
         self.runs = runs;

@@ -8,8 +8,9 @@
 //!
 //! - `index_lane.rs`: [`IndexLane`](index_lane::IndexLane), one lane applying its workers'
 //!   events; `chain.rs` checks a `Stored` event's chain before anything changes.
-//! - `lane_trie.rs`: the tree of runs, its splits, and the order it publishes versions in;
-//!   `chunked.rs` its node and run arenas, `node_ids.rs` each run's node ids.
+//! - `lane_trie.rs`: the tree of runs, its splits, and the order it publishes versions in
+//!   (`lane_trie/joins.rs`: runs joined back); `chunked.rs` its node and run arenas,
+//!   `node_ids.rs` each run's node ids.
 //! - `held_blocks.rs`, `tag_map.rs`, `probe_map.rs`: one worker's engine hash -> node maps.
 //! - `seq_hashes.rs`, `worker_dump.rs`: our sequence hashes of nodes, for snapshots; the
 //!   `Stored` events that rebuild a worker.
@@ -20,9 +21,11 @@
 //! What it guarantees: a lane applies each of its workers' events in the order they were
 //! queued; a `Stored` is checked whole against the tree and the worker's map before anything
 //! changes, and a rejected event changes nothing; the tree publishes only states that existed
-//! (a split inserts the tail before it shortens the head, and a run's version is replaced whole
-//! except for a change of holder bits, made in one store); a panic costs only the lane's own
-//! workers, which it clears and logs. Nothing here imports the [`EventPool`](super::EventPool)
+//! (a split inserts the tail before it shortens the head, a join leaves the tail findable until
+//! no reader of the head's old version remains, and a run's version is replaced whole except for
+//! a change of holder bits, made in one store); a run whose holders become its only child's is
+//! joined with it by the end of the event; a panic costs only the lane's own workers, which it
+//! clears and logs. Nothing here imports the [`EventPool`](super::EventPool)
 //! or the walk.
 
 mod chain;

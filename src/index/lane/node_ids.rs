@@ -77,6 +77,24 @@ impl NodeIds {
         }
     }
 
+    /// Appends the ids of `tail` (a span that continues a span stays one).
+    pub(crate) fn append(&mut self, tail: &NodeIds) {
+        match tail {
+            Self::List(ids) => self.extend(ids),
+            &Self::Span { first, len } => match self {
+                Self::Span { first: head, len: head_len } if *head + *head_len == first => {
+                    *head_len += len;
+                }
+                Self::List(ids) => ids.extend(first..first + len),
+                Self::Span { .. } => {
+                    let mut ids: Vec<NodeId> = self.iter().collect();
+                    ids.extend(first..first + len);
+                    *self = Self::List(ids);
+                }
+            },
+        }
+    }
+
     /// Keeps the ids before `at` and returns the rest.
     pub(crate) fn split_off(&mut self, at: usize) -> Self {
         match self {

@@ -290,6 +290,20 @@ impl HolderSets {
         Some(slot)
     }
 
+    /// Whether `a` and `b` are the same workers. A list and bits may be: a list made while one
+    /// of its workers had no slot outlives the slot that worker gets later.
+    pub(crate) fn same(&self, a: HolderView<'_>, b: HolderView<'_>) -> bool {
+        match (a, b) {
+            (HolderView::Bits(a), HolderView::Bits(b)) => a == b,
+            (HolderView::List(a), HolderView::List(b)) => a == b,
+            (HolderView::List(list), HolderView::Bits(bits))
+            | (HolderView::Bits(bits), HolderView::List(list)) => {
+                list.len() == bits.count_ones() as usize
+                    && list.iter().all(|&w| self.slot_of(w).is_some_and(|s| bits & 1 << s != 0))
+            }
+        }
+    }
+
     /// Heap bytes of the shared lists of one worker and of the maps.
     pub(crate) fn bytes(&self) -> usize {
         let list = |len: usize| 2 * size_of::<usize>() + len * size_of::<Worker>();

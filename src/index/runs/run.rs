@@ -184,6 +184,30 @@ impl Run {
         }
     }
 
+    /// This run's hashes followed by those of `tail` (its only child), for the version that
+    /// joins them: a window onto an allocation one of them shares, when that allocation holds
+    /// the other's hashes beside its own (a split that copied the smaller part out left them
+    /// there), else made anew through `scratch`.
+    pub(crate) fn joined(&self, tail: &Run, scratch: &mut Vec<u64>) -> Locals {
+        let (head_len, tail_len) = (self.len(), tail.len());
+        if let Some(shared) = &tail.shared {
+            let start = tail.start as usize;
+            if start >= head_len && shared[start - head_len..start] == *self.locals() {
+                return Locals::window(shared, start - head_len..start + tail_len);
+            }
+        }
+        if let Some(shared) = &self.shared {
+            let (start, end) = (self.start as usize, (self.start + self.len) as usize);
+            if shared.len() - end >= tail_len && shared[end..end + tail_len] == *tail.locals() {
+                return Locals::window(shared, start..end + tail_len);
+            }
+        }
+        scratch.clear();
+        scratch.extend_from_slice(self.locals());
+        scratch.extend_from_slice(tail.locals());
+        Locals::new(scratch)
+    }
+
     /// Bytes of the version's allocation and of its shared hashes' (all of those: only one
     /// live run uses them, see [`Locals`]).
     pub(crate) fn bytes(&self) -> usize {
