@@ -660,4 +660,98 @@ mod tests {
         assert_eq!(pool.stats().errors_of(ApplyErrorKind::TooManyBlocks), 3);
         assert_eq!(pool.find_matches(&chain(5)).get(worker), 4);
     }
+
+    /// The event that stores block `depth` of `worker`'s chain (as [`store`] makes it), after
+    /// block `depth - 1`.
+    fn grow(worker: Worker, depth: u64) -> RouterEvent {
+        let parent = SequenceHash(worker.id.0 * 100 + depth - 1);
+        let block = StoredBlock::new(depth, worker.id.0 * 100 + depth);
+        RouterEvent::stored(worker, depth, Some(parent), vec![block])
+    }
+
+    /// A producer waiting for room in one lane's full queue holds up no other lane. While lane
+    /// A cannot take anything, a new worker is placed (which takes the routes' write lock: a
+    /// producer holding the read lock while it waited would park it, and parking_lot's fair
+    /// lock would then park every producer behind it) and an existing worker of lane B goes on
+    /// sending; once lane A goes on, everything applies.
+    #[test]
+    fn a_producer_waiting_on_a_full_lane_holds_up_no_other_lane() {
+        use std::sync::mpsc;
+        use std::time::{Duration, Instant};
+        // A liveness bound, not a timing claim: generous for a loaded machine.
+        const BOUND: Duration = Duration::from_secs(30);
+        let config = PoolConfig { lanes: 2, queue_capacity: 1, ..PoolConfig::default() };
+        let pool = EventPool::new(config).unwrap();
+        let [a, b, a2, new] = [1, 2, 3, 4].map(|id| Worker::new(id, 0));
+        for worker in [a, b, a2] {
+            pool.apply_blocking(store(worker, 0, 2)).unwrap();
+        }
+        pool.flush().unwrap();
+        // a and a2 share lane A and b has lane B, so the new worker goes to B, the less loaded.
+        let (lane_a, lane_b) = (pool.lane_of(a), pool.lane_of(b));
+        assert_eq!(pool.lane_of(a2), lane_a);
+        assert_ne!(lane_a, lane_b);
+        std::thread::scope(|scope| {
+            let pool = &pool;
+            // Lane A runs a task until let go; a panic below drops `release`, which lets it go
+            // too, so a failing run ends instead of hanging.
+            let (release, held) = mpsc::channel::<()>();
+            let (started_tx, started) = mpsc::channel();
+            scope.spawn(move || {
+                let stall = move |_: &mut IndexLane| {
+                    let _ = started_tx.send(());
+                    let _ = held.recv();
+                };
+                pool.lanes.run_on_lane(lane_a, stall).unwrap();
+            });
+            started.recv_timeout(BOUND).expect("lane A takes the task");
+            // One event fills lane A's one slot; the next finds the queue full.
+            pool.apply(grow(a, 3)).unwrap();
+            let Err(SubmitError::QueueFull(next)) = pool.apply(grow(a, 4)) else {
+                panic!("lane A's queue is full while the lane is held");
+            };
+            let (a_sent_tx, a_sent) = mpsc::channel();
+            scope.spawn(move || {
+                pool.apply_blocking(next).unwrap();
+                let _ = a_sent_tx.send(());
+            });
+            // The new worker's write request must come while a's producer waits: a producer
+            // that held the routes' read lock meanwhile would hold it now.
+            let deadline = Instant::now() + BOUND;
+            while pool.lanes.waiting(lane_a) == 0 {
+                assert!(Instant::now() < deadline, "a's producer never waits for room");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let (placed_tx, placed) = mpsc::channel();
+            scope.spawn(move || {
+                pool.apply_blocking(store(new, 0, 2)).unwrap();
+                let _ = placed_tx.send(());
+            });
+            let (b_sent_tx, b_sent) = mpsc::channel();
+            scope.spawn(move || {
+                for depth in 3..=40 {
+                    pool.apply_blocking(grow(b, depth)).unwrap();
+                }
+                let _ = b_sent_tx.send(());
+            });
+            let stalled = "while a producer waits for room on lane A: it holds up other lanes";
+            let placed = placed.recv_timeout(BOUND);
+            assert!(placed.is_ok(), "the new worker's first event is not taken {stalled}");
+            let b_sent = b_sent.recv_timeout(BOUND);
+            assert!(b_sent.is_ok(), "lane B's producer does not get through {stalled}");
+            // Lane B has applied them, and lane A is held still.
+            pool.lanes.run_on_lane(lane_b, |_| ()).unwrap();
+            assert_eq!(pool.lane_of(new), lane_b);
+            let scores = pool.find_matches(&chain(40));
+            assert_eq!((scores.get(b), scores.get(new), scores.get(a)), (40, 2, 2));
+            assert!(a_sent.try_recv().is_err(), "a's producer waits until lane A goes on");
+            release.send(()).unwrap();
+            a_sent.recv_timeout(BOUND).expect("a's producer gets through once lane A goes on");
+        });
+        pool.flush().unwrap();
+        let scores = pool.find_matches(&chain(40));
+        assert_eq!(scores.sorted(), vec![(a, 4), (b, 40), (a2, 2), (new, 2)]);
+        assert_eq!(pool.stats().errors, [0; ApplyErrorKind::ALL.len()]);
+        assert_eq!(pool.stats().live_entries, 48);
+    }
 }

@@ -218,6 +218,12 @@ impl<L: Lane> StickyPool<L> {
         self.spread.is_on()
     }
 
+    /// Producers waiting for room in lane `lane % lanes()`'s queue.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn waiting(&self, lane: usize) -> usize {
+        self.room(lane).waiting.load(Ordering::SeqCst)
+    }
+
     /// Enqueues `message` on `lane % lanes()`. If that lane's queue is full, waits until the
     /// lane takes its next batch (or has worked the queue down to half), so a producer that
     /// outruns the lane wakes once per batch rather than once per message.

@@ -58,6 +58,16 @@ impl<L: Lane> Lanes<L> {
         }
     }
 
+    /// Producers waiting for room in a lane's queue (never inline: an inline lane has no
+    /// queue to wait on).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn waiting(&self, lane: usize) -> usize {
+        match self {
+            Self::Threads(pool) => pool.waiting(lane),
+            Self::Inline(_) => 0,
+        }
+    }
+
     pub(crate) fn lanes(&self) -> usize {
         match self {
             Self::Threads(pool) => pool.lanes(),
