@@ -21,6 +21,11 @@ impl KvroutePool {
         let pool = EventPool::new(PoolConfig { lanes, ..PoolConfig::default() });
         Self { pool: pool.unwrap_or_else(|error| panic!("kvroute pool of {lanes} lanes: {error}")) }
     }
+
+    /// The pool itself, for what the subject surface does not cover (stats, dumps).
+    pub fn pool(&self) -> &EventPool {
+        &self.pool
+    }
 }
 
 impl Subject for KvroutePool {
