@@ -156,7 +156,26 @@ mod tests {
     use crate::index::runs::run::{ROOT_TAIL, Run};
     use crate::index::runs::run_table::{RunTable, RunTableWriter};
     use crate::mix::Mixer;
+    use crate::sync::Arc;
     use crate::sync::epoch::pin;
+
+    /// The worker whose chain others cache and evict, and one of those others.
+    const S: Worker = Worker::new(1, 0);
+    const W: Worker = Worker::new(2, 0);
+
+    /// A lane's tree holding worker [`S`]'s chain of `len` blocks (contents 1, 2, …) as one
+    /// run, its table, the contents and the nodes.
+    fn chain_of(len: u64) -> (LaneTrie, Arc<RunTable>, Vec<u64>, Vec<u32>) {
+        let writer = RunTableWriter::new(Mixer::random());
+        let table = writer.table().clone();
+        let mut trie = LaneTrie::new(writer);
+        let locals: Vec<u64> = (1..=len).collect();
+        let guard = pin();
+        let ids: Vec<u32> = locals.iter().map(|&local| trie.reserve_node(local)).collect();
+        trie.append(S, None, &locals, &ids, &guard);
+        trie.end_event(&guard);
+        (trie, table, locals, ids)
+    }
 
     /// The root run starting with content 1 (its content and whether `worker` alone holds it).
     fn root_run(table: &RunTable, worker: Worker, slot: Option<u8>) -> (Vec<u64>, bool) {
@@ -171,15 +190,9 @@ mod tests {
     /// as when it was stored, with the superseded tails gone once no reader can reach them.
     #[test]
     fn a_chain_cached_and_evicted_prefix_by_prefix_stays_one_run() {
-        let writer = RunTableWriter::new(Mixer::random());
-        let table = writer.table().clone();
-        let mut trie = LaneTrie::new(writer);
-        let (s, w) = (Worker::new(1, 0), Worker::new(2, 0));
-        let locals: Vec<u64> = (1..=200).collect();
+        let (mut trie, table, locals, ids) = chain_of(200);
+        let (s, w) = (S, W);
         let guard = pin();
-        let ids: Vec<u32> = locals.iter().map(|&local| trie.reserve_node(local)).collect();
-        trie.append(s, None, &locals, &ids, &guard);
-        trie.end_event(&guard);
         let (bytes, run_bytes) = (trie.bytes(&guard) - trie.versions.bytes(), trie.run_bytes);
         for len in 1..200 {
             trie.add_holder(w, &ids[..len], &guard);
@@ -208,14 +221,9 @@ mod tests {
     /// unlinked after.
     #[test]
     fn a_joined_tail_stays_for_readers_of_the_old_head_and_then_goes() {
-        let writer = RunTableWriter::new(Mixer::random());
-        let table = writer.table().clone();
-        let mut trie = LaneTrie::new(writer);
-        let (s, w) = (Worker::new(1, 0), Worker::new(2, 0));
-        let locals: Vec<u64> = (1..=40).collect();
+        let (mut trie, table, locals, ids) = chain_of(40);
+        let (s, w) = (S, W);
         let guard = pin();
-        let ids: Vec<u32> = locals.iter().map(|&local| trie.reserve_node(local)).collect();
-        trie.append(s, None, &locals, &ids, &guard);
         trie.add_holder(w, &ids[..10], &guard);
         trie.end_event(&guard);
         drop(guard);
