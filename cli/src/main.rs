@@ -11,6 +11,9 @@
 //! engines' KV event streams over ZMQ, keeps a router's index of them and shows a live view;
 //! `--metrics ADDR` serves the same counters to Prometheus.
 //!
+//! `kvroute mocker` runs a mock vLLM engine (OpenAI-compatible HTTP, vLLM's KV events on ZMQ
+//! and its metrics) for a gateway to stand in front of without GPUs.
+//!
 //! `kvroute route` reads requests on stdin (one per line, whitespace-separated token ids) and
 //! prints each decision (`<worker id> <dp rank> <overlap blocks> <prompt blocks>`), for
 //! scripting; `--nats nats://…` joins the router replicas sharing that server.
@@ -23,6 +26,8 @@
 mod listen;
 #[cfg(feature = "listen")]
 mod metrics;
+#[cfg(not(loom))]
+mod mocker;
 mod replicas;
 mod report;
 mod route;
@@ -55,6 +60,9 @@ enum Command {
     /// Subscribe to engines' KV events over ZMQ and show the index live.
     #[cfg(feature = "listen")]
     Listen(ListenArgs),
+    /// Run a mock vLLM engine: OpenAI-compatible HTTP, vLLM's KV events on ZMQ, vLLM's metrics.
+    #[cfg(not(loom))]
+    Mocker(mocker::MockerArgs),
 }
 
 #[cfg(feature = "listen")]
@@ -143,6 +151,8 @@ fn main() -> ExitCode {
         Command::Listen(args) => {
             listen_options(&args).and_then(|options| listen::run(&options, &args.nats))
         }
+        #[cfg(not(loom))]
+        Command::Mocker(args) => mocker::run(&args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
