@@ -151,6 +151,19 @@ impl Tokenizer {
         })
     }
 
+    /// Uses `template` as the chat template, with these BOS and EOS texts (a model whose
+    /// `tokenizer_config.json` has none, or a template given on the command line).
+    pub fn set_chat_template(
+        &mut self,
+        template: &str,
+        bos: &str,
+        eos: &str,
+    ) -> Result<(), TokenizeError> {
+        self.template = Some(compile(template.to_owned())?);
+        (self.bos, self.eos) = (bos.to_owned(), eos.to_owned());
+        Ok(())
+    }
+
     /// The longest prompt plus output the model takes (`model_max_length`), if it names one.
     pub fn max_length(&self) -> Option<usize> {
         self.max_length
