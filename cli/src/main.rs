@@ -11,6 +11,9 @@
 //! engines' KV event streams over ZMQ, keeps a router's index of them and shows a live view;
 //! `--metrics ADDR` serves the same counters to Prometheus.
 //!
+//! `kvroute serve` runs the OpenAI-compatible gateway that routes each request to the engine
+//! holding the longest prefix of it (`--worker URL,zmq=…` per engine).
+//!
 //! `kvroute mocker` runs a mock vLLM engine (OpenAI-compatible HTTP, vLLM's KV events on ZMQ
 //! and its metrics) for a gateway to stand in front of without GPUs.
 //!
@@ -31,6 +34,8 @@ mod mocker;
 mod replicas;
 mod report;
 mod route;
+#[cfg(not(loom))]
+mod serve;
 mod table;
 
 use std::path::PathBuf;
@@ -63,6 +68,9 @@ enum Command {
     /// Run a mock vLLM engine: OpenAI-compatible HTTP, vLLM's KV events on ZMQ, vLLM's metrics.
     #[cfg(not(loom))]
     Mocker(mocker::MockerArgs),
+    /// Run the OpenAI-compatible KV-aware gateway in front of vLLM-style engines.
+    #[cfg(not(loom))]
+    Serve(serve::ServeArgs),
 }
 
 #[cfg(feature = "listen")]
@@ -153,6 +161,8 @@ fn main() -> ExitCode {
         }
         #[cfg(not(loom))]
         Command::Mocker(args) => mocker::run(&args),
+        #[cfg(not(loom))]
+        Command::Serve(args) => serve::run(&args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

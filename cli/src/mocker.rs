@@ -51,8 +51,10 @@ pub struct MockerArgs {
     duration: Option<f64>,
 }
 
-fn default_tokenizer() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/tokenizer")
+/// The bundled tokenizer (`data/tokenizer`), as an absolute path (it doubles as the model name).
+pub fn default_tokenizer() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/tokenizer");
+    dir.canonicalize().unwrap_or(dir)
 }
 
 /// Runs a mock engine until interrupted (or `--duration`). It prints one line once it listens:

@@ -7,6 +7,7 @@
 //! - [`tokenize`]: the engines' tokenization (HF `tokenizer.json` and the chat template);
 //! - [`openai`]: the request fields read, the error body, the responses and stream chunks;
 //! - [`vllm_hash`]: vLLM's block hashes, so mock engines publish the names real ones would;
+//! - [`serve`]: `kvroute serve`, the gateway;
 //! - [`mocker`]: `kvroute mocker`, the mock engine.
 //!
 //! The library `kvroute` stays free of an async runtime and of HTTP; everything here runs on
@@ -15,5 +16,6 @@
 
 pub mod mocker;
 pub mod openai;
+pub mod serve;
 pub mod tokenize;
 pub mod vllm_hash;
