@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use kvroute::router::RouterConfig;
 use kvroute_gateway::serve::workers::WorkerSpec;
-use kvroute_gateway::serve::{GatewayServer, ServeConfig};
+use kvroute_gateway::serve::{GatewayServer, Policy, ServeConfig};
 
 /// `kvroute serve`'s flags.
 #[derive(clap::Args, Debug)]
@@ -29,6 +29,11 @@ pub struct ServeArgs {
     /// The engines' tokenizer directory (`tokenizer.json`, `tokenizer_config.json`).
     #[arg(long, default_value_os_t = super::mocker::default_tokenizer())]
     tokenizer: PathBuf,
+    /// How a worker is picked: kv-aware (by the prompt blocks each holds, from its KV events or
+    /// from the gateway's own decisions when engines publish none), approximate (from the
+    /// gateway's own decisions even when they do) or round-robin.
+    #[arg(long, default_value = "kv-aware")]
+    policy: Policy,
     /// The engines' tokens per KV block.
     #[arg(long, default_value_t = 16)]
     block_size: u32,
@@ -93,6 +98,7 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
         temperature: args.temperature,
         ..RouterConfig::new(args.block_size)
     };
+    config.policy = args.policy;
     config.max_model_len = args.max_model_len;
     config.max_attempts = args.max_attempts.max(1);
     config.first_byte_timeout = seconds("--first-byte-timeout", args.first_byte_timeout)?;

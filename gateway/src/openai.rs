@@ -75,6 +75,13 @@ impl std::fmt::Display for ApiError {
     }
 }
 
+/// A body the server refused (over the limit, say), with its status.
+impl From<axum::extract::rejection::BytesRejection> for ApiError {
+    fn from(rejection: axum::extract::rejection::BytesRejection) -> Self {
+        Self::new(rejection.status(), rejection.body_text())
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (self.status, Json(self.body())).into_response()

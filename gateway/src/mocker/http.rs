@@ -6,6 +6,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
@@ -50,17 +51,21 @@ impl App {
     }
 }
 
+/// A request body: its bytes, or the server's refusal (over the limit, say).
+type Body = Result<Bytes, BytesRejection>;
+
 /// `POST /v1/completions`.
-pub async fn completions(State(app): State<Arc<App>>, body: Bytes) -> Response {
+pub async fn completions(State(app): State<Arc<App>>, body: Body) -> Response {
     generate(app, Endpoint::Completions, body).await.unwrap_or_else(IntoResponse::into_response)
 }
 
 /// `POST /v1/chat/completions`.
-pub async fn chat(State(app): State<Arc<App>>, body: Bytes) -> Response {
+pub async fn chat(State(app): State<Arc<App>>, body: Body) -> Response {
     generate(app, Endpoint::Chat, body).await.unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn generate(app: Arc<App>, endpoint: Endpoint, body: Bytes) -> Result<Response, ApiError> {
+async fn generate(app: Arc<App>, endpoint: Endpoint, body: Body) -> Result<Response, ApiError> {
+    let body = body?;
     let request = CompletionRequest::parse(&body)?;
     app.check_model(Some(&request.model))?;
     let tokens = openai::prompt_tokens(&app.tokenizer, endpoint, &request)?;

@@ -17,11 +17,6 @@ use super::metrics::CONTENT_TYPE as METRICS_TYPE;
 use super::proxy;
 use crate::openai::{ApiError, Endpoint};
 
-/// A body the server refused (over the limit, say) as an OpenAI error with its status.
-pub fn rejected(rejection: BytesRejection) -> ApiError {
-    ApiError::new(rejection.status(), rejection.body_text())
-}
-
 /// `POST /v1/completions`.
 pub async fn completions(
     State(gateway): State<Arc<Gateway>>,
@@ -50,7 +45,7 @@ async fn forward(
         Ok(body) => body,
         Err(rejection) => {
             gateway.metrics.outcome("client_error");
-            return rejected(rejection).into_response();
+            return ApiError::from(rejection).into_response();
         }
     };
     match proxy::forward(Arc::clone(&gateway), endpoint, headers, body).await {

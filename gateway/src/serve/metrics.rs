@@ -44,6 +44,8 @@ pub struct GatewayMetrics {
     pub in_flight: Family<WorkerLabel, Gauge>,
     /// 1 while a worker takes requests.
     pub healthy: Family<WorkerLabel, Gauge>,
+    /// Requests in flight per worker in the router's view (gateway replicas' included).
+    pub router_requests: Family<WorkerLabel, Gauge>,
     /// KV events applied from the engines' streams.
     pub kv_events: Counter<u64, AtomicU64>,
     /// Gaps in the engines' streams healed from their replay sockets.
@@ -91,6 +93,12 @@ impl Default for GatewayMetrics {
             "1 while a worker takes requests",
             healthy.clone(),
         );
+        let router_requests = Family::<WorkerLabel, Gauge>::default();
+        registry.register(
+            "kvroute_gateway_router_requests",
+            "Requests in flight per worker as the router sees them, replicas' included",
+            router_requests.clone(),
+        );
         let kv_events = Counter::<u64, AtomicU64>::default();
         registry.register("kvroute_gateway_kv_events", "KV events applied", kv_events.clone());
         let kv_gaps_healed = Counter::<u64, AtomicU64>::default();
@@ -108,6 +116,7 @@ impl Default for GatewayMetrics {
             overlap_blocks,
             in_flight,
             healthy,
+            router_requests,
             kv_events,
             kv_gaps_healed,
         }

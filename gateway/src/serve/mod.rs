@@ -42,6 +42,32 @@ use crate::tokenize::Tokenizer;
 use metrics::GatewayMetrics;
 use workers::{Fleet, WorkerSpec};
 
+/// How the gateway picks a worker.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Policy {
+    /// By cost: the prompt blocks each worker holds (from its KV events, or from the gateway's
+    /// own decisions when no worker publishes them) against its load.
+    #[default]
+    KvAware,
+    /// As `KvAware`, but from the gateway's own decisions even when engines publish events.
+    Approximate,
+    /// Each healthy worker in turn (the router still tracks the load).
+    RoundRobin,
+}
+
+impl std::str::FromStr for Policy {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "kv" | "kv-aware" => Ok(Self::KvAware),
+            "approximate" => Ok(Self::Approximate),
+            "round-robin" => Ok(Self::RoundRobin),
+            _ => Err(format!("policy {text:?}: kv-aware, approximate or round-robin")),
+        }
+    }
+}
+
 /// How the gateway runs. [`ServeConfig::new`] gives the defaults.
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
@@ -53,6 +79,8 @@ pub struct ServeConfig {
     pub tokenizer: PathBuf,
     /// The router's settings (block size, weights).
     pub router: RouterConfig,
+    /// How a worker is picked. Default [`Policy::KvAware`].
+    pub policy: Policy,
     /// The longest prompt plus output; the tokenizer's `model_max_length` when `None`.
     pub max_model_len: Option<usize>,
     /// The largest request body taken, in bytes. Default 32 MiB.
@@ -88,6 +116,7 @@ impl ServeConfig {
             model: model.into(),
             tokenizer: tokenizer.into(),
             router: RouterConfig::new(16),
+            policy: Policy::KvAware,
             max_model_len: None,
             max_body_bytes: 32 << 20,
             max_attempts: 3,
@@ -115,6 +144,8 @@ pub struct Gateway {
     id_prefix: String,
     next_id: AtomicU64,
     subscriber: Mutex<Option<ZmqSubscriber>>,
+    /// Round-robin's next turn.
+    turn: AtomicU64,
     /// The subscriber's counters at the last scrape (the metrics count the difference).
     seen: Mutex<(u64, u64)>,
 }
@@ -133,6 +164,16 @@ impl Gateway {
         for worker in self.fleet.all() {
             let gauge = self.metrics.healthy.get_or_create(&metrics::worker(worker.id));
             gauge.set(i64::from(worker.is_healthy()));
+        }
+        // Requests in flight per worker as the router sees them: replicas' included.
+        let mut active = vec![0i64; self.fleet.all().len()];
+        for load in self.router.potential_loads(&[]) {
+            if let Some(slot) = usize::try_from(load.worker.id.0).ok().and_then(|i| active.get_mut(i)) {
+                *slot += load.active_requests as i64;
+            }
+        }
+        for (worker, active) in self.fleet.all().iter().zip(active) {
+            self.metrics.router_requests.get_or_create(&metrics::worker(worker.id)).set(active);
         }
         if let Some(subscriber) = self.subscriber.lock().as_ref() {
             let stats = subscriber.stats();
@@ -178,6 +219,12 @@ impl GatewayServer {
     pub async fn start(config: ServeConfig, bind: SocketAddr) -> Result<Self, String> {
         if config.workers.is_empty() {
             return Err("no workers: give at least one".into());
+        }
+        let mut config = config;
+        if config.policy == Policy::Approximate {
+            for worker in &mut config.workers {
+                (worker.zmq, worker.replay) = (None, None);
+            }
         }
         let with_events = config.workers.iter().filter(|w| w.zmq.is_some()).count();
         if with_events != 0 && with_events != config.workers.len() {
@@ -240,6 +287,7 @@ impl GatewayServer {
             max_model_len,
             id_prefix: format!("{router_id:x}"),
             next_id: AtomicU64::new(0),
+            turn: AtomicU64::new(0),
             subscriber: Mutex::new(subscriber),
             seen: Mutex::new((0, 0)),
             config,

@@ -124,6 +124,10 @@ pub async fn forward(
         if let Some(session) = session.as_deref() {
             route = route.in_session(session);
         }
+        if gateway.config.policy == super::Policy::RoundRobin {
+            let turn = gateway.turn.fetch_add(1, Ordering::Relaxed) as usize;
+            route = route.pinned(kvroute::Worker::new(allowed[turn % allowed.len()].0, 0));
+        }
         let started = Instant::now();
         let decision = match gateway.router.route(&route) {
             Ok(decision) => decision,
