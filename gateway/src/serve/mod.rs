@@ -168,7 +168,9 @@ impl Gateway {
         // Requests in flight per worker as the router sees them: replicas' included.
         let mut active = vec![0i64; self.fleet.all().len()];
         for load in self.router.potential_loads(&[]) {
-            if let Some(slot) = usize::try_from(load.worker.id.0).ok().and_then(|i| active.get_mut(i)) {
+            if let Some(slot) =
+                usize::try_from(load.worker.id.0).ok().and_then(|i| active.get_mut(i))
+            {
                 *slot += load.active_requests as i64;
             }
         }
