@@ -25,6 +25,10 @@
 //! a malformed endpoint, a line that is not token ids, an unreachable NATS server) prints one
 //! error line and exits with code 2.
 
+#[cfg(not(loom))]
+mod bench;
+#[cfg(not(loom))]
+mod demo;
 #[cfg(feature = "listen")]
 mod listen;
 #[cfg(feature = "listen")]
@@ -71,6 +75,12 @@ enum Command {
     /// Run the OpenAI-compatible KV-aware gateway in front of vLLM-style engines.
     #[cfg(not(loom))]
     Serve(serve::ServeArgs),
+    /// Replay a Mooncake trace over HTTP against an OpenAI-compatible endpoint.
+    #[cfg(not(loom))]
+    Bench(bench::BenchArgs),
+    /// Start mock engines and the gateway on loopback and replay a trace once per policy.
+    #[cfg(not(loom))]
+    Demo(demo::DemoArgs),
 }
 
 #[cfg(feature = "listen")]
@@ -163,6 +173,10 @@ fn main() -> ExitCode {
         Command::Mocker(args) => mocker::run(&args),
         #[cfg(not(loom))]
         Command::Serve(args) => serve::run(&args),
+        #[cfg(not(loom))]
+        Command::Bench(args) => bench::run(&args),
+        #[cfg(not(loom))]
+        Command::Demo(args) => demo::run(&args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
