@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use kvroute::sim::bundled_trace_path;
-use kvroute_gateway::bench::{self, BenchConfig, BenchReport};
+use kvroute_gateway::bench::report as probes_percentiles;
+use kvroute_gateway::bench::{self, BenchConfig, BenchReport, probes};
 use kvroute_gateway::openai::Endpoint;
 
 use crate::table::render_rows;
@@ -50,6 +51,17 @@ pub struct BenchArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Instead of the trace: the latency --url adds, as TTFT through it minus TTFT of the same
+    /// kind of request sent straight to this engine, interleaved (--limit pairs, default 500).
+    #[arg(long, value_name = "ENGINE_URL")]
+    pub direct: Option<String>,
+    /// Instead of the trace: requests/s sustained by --url with this many clients in a closed
+    /// loop (short chats, one output token), one row per value (e.g. 8,16,32,64).
+    #[arg(long, value_delimiter = ',')]
+    pub throughput: Vec<usize>,
+    /// Seconds each --throughput step runs.
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
 }
 
 impl BenchArgs {
@@ -109,6 +121,12 @@ pub fn table(reports: &[(String, BenchReport)]) -> String {
 pub fn run(args: &BenchArgs) -> Result<(), String> {
     let config = args.config()?;
     let runtime = runtime()?;
+    if let Some(engine) = &args.direct {
+        return probe_overhead(&runtime, args, &config, engine);
+    }
+    if !args.throughput.is_empty() {
+        return probe_throughput(&runtime, args, &config);
+    }
     let report = replay(&runtime, &config, "replaying", args.quiet)?;
     println!("{}", table(&[(args.url.clone(), report.clone())]));
     if report.errors() > 0 {
@@ -118,6 +136,66 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         draw(path, &[(args.url.clone(), report)])?;
         println!("report: {}", path.display());
     }
+    Ok(())
+}
+
+/// `--direct`: the gateway's added TTFT, and tokenization alone.
+fn probe_overhead(
+    runtime: &tokio::runtime::Runtime,
+    args: &BenchArgs,
+    config: &BenchConfig,
+    engine: &str,
+) -> Result<(), String> {
+    let tokenizer = kvroute_gateway::tokenize::Tokenizer::from_dir(&args.tokenizer)
+        .map_err(|e| e.to_string())?;
+    let pairs = args.limit.unwrap_or(500);
+    let spinner = progress_bar("probing", args.quiet);
+    let probe = probes::overhead(&args.url, engine, &config.model, &tokenizer, pairs, 64);
+    let result = runtime.block_on(probe)?;
+    spinner.finish_and_clear();
+    let ms = |p: probes_percentiles::Percentiles| {
+        vec![format!("{:.3}", p.p50 * 1e3), format!("{:.3}", p.p99 * 1e3)]
+    };
+    let rows = vec![
+        [vec![format!("TTFT through {}", args.url)], ms(result.through)].concat(),
+        [vec![format!("TTFT straight to {engine}")], ms(result.direct)].concat(),
+        [vec!["added by the gateway (per pair)".to_owned()], ms(result.added)].concat(),
+        [vec!["of which tokenization (in process)".to_owned()], ms(result.tokenize)].concat(),
+    ];
+    println!("{pairs} interleaved pairs of short chats (~130 prompt tokens, 1 output token)");
+    println!("{}", render_rows(&["what", "p50 ms", "p99 ms"], &rows));
+    Ok(())
+}
+
+/// `--throughput`: requests/s and errors per concurrency.
+fn probe_throughput(
+    runtime: &tokio::runtime::Runtime,
+    args: &BenchArgs,
+    config: &BenchConfig,
+) -> Result<(), String> {
+    if !(args.seconds.is_finite() && args.seconds > 0.0) {
+        return Err(format!("--seconds {} must be > 0", args.seconds));
+    }
+    let mut rows = Vec::new();
+    for &concurrency in &args.throughput {
+        let step = runtime.block_on(probes::throughput(
+            &args.url,
+            &config.model,
+            concurrency.max(1),
+            args.seconds,
+            16,
+        ));
+        rows.push(vec![
+            concurrency.to_string(),
+            format!("{:.0}", step.requests_per_s),
+            format!("{:.2}", step.error_rate * 100.0),
+        ]);
+    }
+    println!(
+        "closed loop against {}: short chats, 1 output token, {} s a step",
+        args.url, args.seconds
+    );
+    println!("{}", render_rows(&["clients", "req/s", "errors %"], &rows));
     Ok(())
 }
 

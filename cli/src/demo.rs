@@ -37,7 +37,9 @@ pub struct DemoArgs {
     /// longest prompt is 126,195 tokens).
     #[arg(long, default_value_t = 131_072)]
     max_model_len: usize,
-    /// The policies, in order.
+    /// The policies, in order: kvroute's (kv-aware, approximate, round-robin), and the peer
+    /// gateway `vllm-router:POLICY` (kv_aware, cache_aware, round_robin; `pip install
+    /// vllm-router`) in front of the same kind of engines.
     #[arg(long, value_delimiter = ',', default_value = "kv-aware,approximate,round-robin")]
     policies: Vec<String>,
     /// Draw every policy's TTFT per request to this SVG file.
@@ -111,22 +113,13 @@ pub fn run(args: &DemoArgs) -> Result<(), String> {
             workers.push(format!("{url},zmq={zmq},replay={replay}"));
             engines.push(url);
         }
-        let mut serve = vec![
-            "serve".into(),
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--policy".into(),
-            policy.clone(),
-            "--max-model-len".into(),
-            args.max_model_len.to_string(),
-        ];
-        for worker in &workers {
-            serve.extend(["--worker".into(), worker.clone()]);
-        }
-        let (gateway, words) = start(&serve)?;
+        let (gateway, url) = match policy.strip_prefix("vllm-router:") {
+            Some(peer_policy) => start_vllm_router(peer_policy, &workers, &model, &runtime)?,
+            None => start_serve(policy, &workers, args.max_model_len)?,
+        };
         children.push(gateway);
         let bench = BenchArgs {
-            url: words.get(1).cloned().ok_or("no URL")?,
+            url,
             model: Some(model.clone()),
             trace: args.trace.clone(),
             tokenizer: tokenizer.clone(),
@@ -138,6 +131,9 @@ pub fn run(args: &DemoArgs) -> Result<(), String> {
             timeout: 600.0,
             report: None,
             quiet: args.quiet,
+            direct: None,
+            throughput: Vec::new(),
+            seconds: 10.0,
         };
         let config = bench.config()?;
         let (label, quiet) = (policy.clone(), args.quiet);
@@ -172,6 +168,99 @@ pub fn run(args: &DemoArgs) -> Result<(), String> {
         println!("report: {}", path.display());
     }
     Ok(())
+}
+
+/// `kvroute serve --policy POLICY` in front of `workers`.
+fn start_serve(
+    policy: &str,
+    workers: &[String],
+    max_model_len: usize,
+) -> Result<(Spawned, String), String> {
+    let mut args: Vec<String> = vec![
+        "serve".into(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--policy".into(),
+        policy.into(),
+        "--max-model-len".into(),
+        max_model_len.to_string(),
+    ];
+    for worker in workers {
+        args.extend(["--worker".into(), worker.clone()]);
+    }
+    let (child, words) = start(&args)?;
+    Ok((child, words.get(1).cloned().ok_or("no URL")?))
+}
+
+/// The peer gateway, `vllm-router --policy POLICY`, in front of `workers` (`URL,zmq=…,replay=…`),
+/// given their event sources for `kv_aware` as ../shared/notes/peers.md says. Ready once its
+/// /health answers.
+fn start_vllm_router(
+    policy: &str,
+    workers: &[String],
+    model: &str,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<(Spawned, String), String> {
+    let port = || {
+        std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port())
+    };
+    let (http, prometheus) =
+        (port().map_err(|e| e.to_string())?, port().map_err(|e| e.to_string())?);
+    let mut command = Command::new("vllm-router");
+    command.args(["--host", "127.0.0.1", "--port", &http.to_string()]);
+    command.args(["--prometheus-port", &prometheus.to_string(), "--policy", policy]);
+    command.args([
+        "--kv-event-block-size",
+        "16",
+        "--kv-event-model",
+        model,
+        "--log-level",
+        "error",
+    ]);
+    command.arg("--worker-urls");
+    let parsed: Vec<(&str, &str, &str)> = workers
+        .iter()
+        .map(|w| {
+            let mut parts = w.split(',');
+            let url = parts.next().unwrap_or_default();
+            let zmq = parts.next().and_then(|p| p.strip_prefix("zmq=")).unwrap_or_default();
+            let replay = parts.next().and_then(|p| p.strip_prefix("replay=")).unwrap_or_default();
+            (url, zmq, replay)
+        })
+        .collect();
+    command.args(parsed.iter().map(|p| p.0));
+    if policy == "kv_aware" {
+        for (url, zmq, replay) in &parsed {
+            command.args(["--kv-event-source", &format!("{url}={zmq}")]);
+            command.args(["--kv-event-replay-source", &format!("{url}={replay}")]);
+        }
+    }
+    let child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start vllm-router ({e}): pip install vllm-router"))?;
+    let child = Spawned(child);
+    let url = format!("http://127.0.0.1:{http}");
+    let ready = runtime.block_on(async {
+        let client = reqwest::Client::new();
+        for _ in 0..300 {
+            if client
+                .get(format!("{url}/health"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        false
+    });
+    if !ready {
+        return Err("vllm-router did not become healthy in 30 s".into());
+    }
+    Ok((child, url))
 }
 
 /// One replay on a runtime of its own (the demo's runtime waits for Ctrl-C meanwhile).

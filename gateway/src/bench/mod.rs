@@ -6,6 +6,7 @@
 //! and end-to-end latency percentiles, throughput, errors and, from the engines' own `/metrics`
 //! (vLLM's prefix-cache counters), the fleet's prefix-cache hit rate over the run.
 
+pub mod probes;
 pub mod prompts;
 pub mod report;
 
