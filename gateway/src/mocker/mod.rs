@@ -25,6 +25,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use kvroute::sim::EngineModel;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -169,6 +170,11 @@ impl Mocker {
             let shutdown = async move {
                 let _ = stopped.await;
             };
+            // Small writes (an SSE chunk, a short answer) go out at once, not after Nagle's
+            // wait for the client's delayed ACK (40 ms on Linux).
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             if let Err(e) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
                 log::error!("mocker: {e}");
             }

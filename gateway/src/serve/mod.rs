@@ -29,6 +29,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use kvroute::router::RouterConfig;
 use kvroute::wire::zmq::{SubscriberConfig, ZmqEndpoint, ZmqSubscriber};
 use kvroute::{KvRouter, Worker};
@@ -277,6 +278,7 @@ impl GatewayServer {
         };
         let client = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
+            .tcp_nodelay(true)
             .pool_idle_timeout(Duration::from_secs(30))
             .build()
             .map_err(|e| e.to_string())?;
@@ -311,6 +313,11 @@ impl GatewayServer {
             let shutdown = async move {
                 let _ = stopped.await;
             };
+            // Small writes (an SSE chunk, a short answer) go out at once, not after Nagle's
+            // wait for the client's delayed ACK (40 ms on Linux).
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
                 log::error!("gateway: {e}");
             }
