@@ -22,10 +22,11 @@ pub struct DemoArgs {
     #[arg(long, default_value_os_t = bundled_trace_path())]
     trace: PathBuf,
     /// Replay only the first N requests.
-    #[arg(long, default_value_t = 400)]
+    #[arg(long, default_value_t = 300)]
     limit: usize,
-    /// Engines and arrivals this many times faster than the trace and the engine model.
-    #[arg(long, default_value_t = 10.0)]
+    /// Engines and arrivals this many times faster than the trace and the engine model (the
+    /// default keeps a 2-core machine, which runs the engines too, from saturating).
+    #[arg(long, default_value_t = 3.0)]
     speedup: f64,
     /// Cap on each request's output tokens (the stream volume a 2-core machine carries).
     #[arg(long, default_value_t = 32)]
@@ -163,6 +164,11 @@ pub fn run(args: &DemoArgs) -> Result<(), String> {
         args.max_output
     );
     println!("{}", table(&reports));
+    for (policy, report) in &reports {
+        if report.errors() > 0 {
+            println!("{policy} errors: {}", report.error_kinds().join("; "));
+        }
+    }
     if let Some(path) = &args.report {
         draw(path, &reports)?;
         println!("report: {}", path.display());

@@ -79,12 +79,12 @@ async fn generate(app: Arc<App>, endpoint: Endpoint, body: Body) -> Result<Respo
     let (id, started) = app.scheduler.submit(tokens, output);
     // Held from here: whatever ends this request (its end, the client leaving) frees its room.
     let running = app.scheduler.running(id);
-    let started = started.await.map_err(|_| {
-        ApiError::new(axum::http::StatusCode::SERVICE_UNAVAILABLE, "engine stopped")
-    })?;
     let request_id =
         format!("{}-{id}", if endpoint == Endpoint::Chat { "chatcmpl" } else { "cmpl" });
     if !request.stream {
+        let started = started.await.map_err(|_| {
+            ApiError::new(axum::http::StatusCode::SERVICE_UNAVAILABLE, "engine stopped")
+        })?;
         let step = app.scheduler.decode_step();
         let done = started.first_token_at + step * (output as u32).saturating_sub(1);
         tokio::time::sleep_until(done.into()).await;
@@ -94,12 +94,20 @@ async fn generate(app: Arc<App>, endpoint: Endpoint, body: Body) -> Result<Respo
         let body = openai::response(endpoint, &request_id, &app.model, &text, prompt_len, output);
         return Ok(Json(body).into_response());
     }
+    // As vLLM does, a stream's head goes out at once; its tokens follow once it is admitted.
     let (sender, receiver) = mpsc::channel(8);
     let stream = Stream { app: Arc::clone(&app), endpoint, id: request_id, prompt_len, output };
     let include_usage = request.include_usage();
     tokio::spawn(async move {
         let _running = running;
-        stream.run(started, include_usage, sender).await;
+        let started = tokio::select! {
+            started = started => started,
+            // The client left while it waited: admission finishes it.
+            () = sender.closed() => return,
+        };
+        if let Ok(started) = started {
+            stream.run(started, include_usage, sender).await;
+        }
     });
     let events = stream::unfold(receiver, |mut receiver| async move {
         receiver.recv().await.map(|event| (Ok::<_, Infallible>(event), receiver))
