@@ -70,21 +70,24 @@ pub enum VllmEvent {
     AllBlocksCleared,
 }
 
-/// `msgpack(EventBatch)` as vLLM 0.33 encodes it with msgspec: `[ts, events]` (the batch is
-/// `array_like`; `data_parallel_rank`, `None` here, is omitted as a default), each event a map
-/// tagged by `type` with its required fields (`lora_id`, `medium`, `lora_name` included).
+/// `msgpack(EventBatch)` byte for byte as vLLM 0.33 encodes it with msgspec: `[ts, events,
+/// data_parallel_rank]` (the batch is `array_like`; the rank, `None` here, is written as nil),
+/// each event a map tagged by `type` with its required fields (`lora_id`, `medium`,
+/// `lora_name` included). `BlockStored` has more fields than a fixmap holds, so msgspec writes
+/// its header as a map16 even when the defaults are left out.
 pub fn encode_batch(ts: f64, events: &[VllmEvent]) -> Vec<u8> {
     use rmp::encode::*;
     let mut out = Vec::with_capacity(64 + events.len() * 64);
     // Writing into a Vec cannot fail.
     let w = &mut out;
-    write_array_len(w, 2).unwrap();
+    write_array_len(w, 3).unwrap();
     write_f64(w, ts).unwrap();
     write_array_len(w, events.len() as u32).unwrap();
     for event in events {
         match event {
             VllmEvent::BlockStored { block_hashes, parent_block_hash, token_ids, block_size } => {
-                write_map_len(w, 8).unwrap();
+                w.push(0xde); // map16
+                w.extend_from_slice(&8u16.to_be_bytes());
                 write_str(w, "type").unwrap();
                 write_str(w, "BlockStored").unwrap();
                 write_str(w, "block_hashes").unwrap();
@@ -132,6 +135,7 @@ pub fn encode_batch(ts: f64, events: &[VllmEvent]) -> Vec<u8> {
             }
         }
     }
+    write_nil(w).unwrap();
     out
 }
 
@@ -266,4 +270,55 @@ fn answer_replay(
     }
     let end: [&[u8]; 5] = [identity, b"", b"", &(-1i64).to_be_bytes(), b""];
     let _ = replay.send_multipart(end, 0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    /// The same batch encoded by msgspec with vLLM 0.33's own event classes (copied in
+    /// scripts/zmq_publisher.py from vllm/distributed/kv_events.py).
+    fn vllm_encoding(ts: f64) -> Vec<u8> {
+        let script = format!(
+            "import sys; sys.path.insert(0, {dir:?})\n\
+             import msgspec, zmq_publisher\n\
+             Batch, Stored, Removed, Cleared = zmq_publisher.vllm_033_classes()\n\
+             events = [Removed(block_hashes=[7, 2**64 - 1], medium='GPU'),\n\
+             \x20         Stored(block_hashes=[11, 12], parent_block_hash=None, token_ids=[1, 2, 3, 70000],\n\
+             \x20                block_size=2, lora_id=None, medium='GPU', lora_name=None),\n\
+             \x20         Stored(block_hashes=[13], parent_block_hash=12, token_ids=[5, 6], block_size=2,\n\
+             \x20                lora_id=None, medium='GPU', lora_name=None),\n\
+             \x20         Cleared()]\n\
+             sys.stdout.write(msgspec.msgpack.encode(Batch(ts={ts:?}, events=events)).hex())\n",
+            dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts"),
+        );
+        let out = Command::new("python3").args(["-c", &script]).output().expect(
+            "python3 runs (with pyzmq and msgspec: scripts/install-test-deps installs them)",
+        );
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let hex = String::from_utf8(out.stdout).unwrap();
+        (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
+    }
+
+    #[test]
+    fn batches_are_byte_for_byte_what_vllm_would_send() {
+        let events = [
+            VllmEvent::BlockRemoved { block_hashes: vec![7, u64::MAX] },
+            VllmEvent::BlockStored {
+                block_hashes: vec![11, 12],
+                parent_block_hash: None,
+                token_ids: vec![1, 2, 3, 70_000],
+                block_size: 2,
+            },
+            VllmEvent::BlockStored {
+                block_hashes: vec![13],
+                parent_block_hash: Some(12),
+                token_ids: vec![5, 6],
+                block_size: 2,
+            },
+            VllmEvent::AllBlocksCleared,
+        ];
+        assert_eq!(encode_batch(1764000000.25, &events), vllm_encoding(1764000000.25));
+    }
 }

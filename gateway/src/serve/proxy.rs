@@ -132,7 +132,6 @@ pub async fn forward(
         let decision = match gateway.router.route(&route) {
             Ok(decision) => decision,
             Err(RouteError::BadOverrides(e)) => {
-                gateway.metrics.outcome("client_error");
                 return Err(ApiError::bad_request(format!("bad routing override: {e}")));
             }
             Err(RouteError::NoWorkers) => break,
@@ -195,13 +194,14 @@ pub async fn forward(
         tried.push(worker.id);
         last_error = failure;
     }
-    gateway.metrics.outcome("upstream_error");
     if tried.is_empty() {
+        gateway.metrics.outcome("no_worker");
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "no healthy worker can serve this request",
         ));
     }
+    gateway.metrics.outcome("upstream_error");
     Err(ApiError::new(StatusCode::BAD_GATEWAY, format!("every attempt failed; last: {last_error}")))
 }
 
