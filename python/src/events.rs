@@ -3,7 +3,7 @@
 //! "event": {"event_id": ..., "data": {"stored": {...}} , "dp_rank": ...}}`).
 
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBytes, PyDict, PyString};
 
 use kvroute::wire::{dynamo_from_json, dynamo_to_json};
 use kvroute::{KvEventData, RouterEvent, SequenceHash, StorageTier, StoredBlock, Worker, WorkerId};
@@ -102,14 +102,17 @@ impl PyRouterEvent {
     #[staticmethod]
     fn from_dict(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<Self> {
         let json = py.import("json")?.call_method1("dumps", (d,))?;
-        Self::from_json(json.extract::<String>()?.as_bytes())
+        Self::from_json(&json)
     }
 
     /// An event from Dynamo's JSON (str or bytes).
     #[staticmethod]
-    fn from_json(json: &[u8]) -> PyResult<Self> {
-        let inner = dynamo_from_json(json).map_err(|e| errors::bad_event(e.to_string()))?;
-        Ok(Self { inner })
+    fn from_json(json: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let inner = match json.downcast::<PyString>() {
+            Ok(text) => dynamo_from_json(text.to_cow()?.as_bytes()),
+            Err(_) => dynamo_from_json(json.downcast::<PyBytes>()?.as_bytes()),
+        };
+        Ok(Self { inner: inner.map_err(|e| errors::bad_event(e.to_string()))? })
     }
 
     /// This event as a dict in Dynamo's JSON shape.
