@@ -16,7 +16,7 @@ import array
 import statistics
 import threading
 import time
-from typing import List
+from typing import Any, List, Sequence
 
 import kvroute
 
@@ -43,7 +43,7 @@ def build(workers: int) -> kvroute.KvRouter:
     return router
 
 
-def per_call(router: kvroute.KvRouter, prompts: List[array.array], calls: int) -> List[int]:
+def per_call(router: kvroute.KvRouter, prompts: Sequence[Any], calls: int) -> List[int]:
     times = []
     clock = time.perf_counter_ns
     route = router.route
@@ -55,7 +55,7 @@ def per_call(router: kvroute.KvRouter, prompts: List[array.array], calls: int) -
     return times
 
 
-def throughput(router: kvroute.KvRouter, prompts: List[array.array], threads: int, seconds: float) -> float:
+def throughput(router: kvroute.KvRouter, prompts: "List[array.array[int]]", threads: int, seconds: float) -> float:
     counts = [0] * threads
     start = threading.Barrier(threads + 1)
     stop = threading.Event()
@@ -95,7 +95,7 @@ def main() -> None:
         times = sorted(per_call(router, prompts, args.calls))
         p50 = statistics.median(times) / 1000
         p99 = times[int(len(times) * 0.99)] / 1000
-        ltimes = sorted(per_call(router, lists, args.calls // 4))  # type: ignore[arg-type]
+        ltimes = sorted(per_call(router, lists, args.calls // 4))
         print(f"python workers={workers} array('I'): p50 {p50:.2f} us  p99 {p99:.2f} us")
         print(f"python workers={workers} list[int]:  p50 {statistics.median(ltimes) / 1000:.2f} us  "
               f"p99 {ltimes[int(len(ltimes) * 0.99)] / 1000:.2f} us")

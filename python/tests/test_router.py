@@ -202,3 +202,50 @@ def test_block_hasher() -> None:
     assert BlockHasher(BS, lora_name="x").local_hashes(list(range(10))) != local
     with pytest.raises(kvroute.ConfigError):
         BlockHasher(0)
+
+
+def test_route_options(router: KvRouter) -> None:
+    tokens = list(range(32))
+    router.apply_event(chain_event(BlockHasher(BS), 2, tokens))
+    router.flush()
+    # Only worker 1 allowed: chosen despite worker 2's cache.
+    assert router.route(tokens, allowed_workers=[1]).worker_id == 1
+    assert router.route(tokens, pinned_worker=1).worker_id == 1
+    assert router.route(tokens, pinned_worker=(1, 0)).worker_id == 1
+    # A LoRA salts the hashes: worker 2's cache does not match.
+    assert router.route(tokens, lora_name="adapter").overlap_blocks == 0
+    assert router.route(tokens, cache_namespace="tenant").overlap_blocks == 0
+    # Ignoring the cache entirely is an override.
+    assert router.route(tokens, overlap_score_weight=0.0, temperature=0.0).request_blocks == 8
+    first = router.route(tokens, session_id="s", request_id="s1")
+    again = router.route(tokens, session_id="s", request_id="s2")
+    assert again.worker_id == first.worker_id and again.session_hit
+    assert router.stats()["session_hits"] >= 1
+
+
+def test_remove_worker_returns_its_requests(router: KvRouter) -> None:
+    d = router.route(list(range(16)), request_id="r", pinned_worker=2)
+    assert d.worker_id == 2
+    assert router.remove_worker(2) == ["r"]
+    with pytest.raises(kvroute.UnknownRequestError):
+        router.free("r")
+
+
+def test_disaggregated_roles() -> None:
+    r = KvRouter(BS)
+    r.add_worker(1, role="prefill")
+    r.add_worker(2, role="decode")
+    d = r.route(list(range(16)))
+    assert d.worker_id == 1 and d.decode_worker == (2, 0)
+    assert r.stats()["disaggregated"]
+
+
+def test_stats_index_counts_events(router: KvRouter) -> None:
+    router.apply_event(chain_event(BlockHasher(BS), 1, list(range(16))))
+    router.flush()
+    device = router.stats()["index"]["device"]
+    assert device["events"] == 1 and device["block_ops"] == 4 and device["errors"] == 0
+    # An unknown parent is counted by the index, not raised (events apply asynchronously).
+    router.apply_event(RouterEvent.stored(1, 2, [(1, 2)], parent=999))
+    router.flush()
+    assert router.stats()["index"]["device"]["errors"] == 1
