@@ -11,7 +11,7 @@ use pyo3::types::{PyByteArray, PyBytes, PyList, PyTuple};
 
 /// Little-endian `u32`s out of raw bytes (the host order of every target the wheel ships for).
 fn from_le_bytes(bytes: &[u8], out: &mut Vec<u32>) -> PyResult<()> {
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return Err(PyValueError::new_err(format!(
             "a token buffer holds whole uint32s: {} bytes is not a multiple of 4",
             bytes.len()
