@@ -10,12 +10,14 @@
 //! - `subscriber.rs`: `ZmqSubscriber` (engines' ZMQ streams into a router, on its threads);
 //! - `nats.rs`: `NatsReplica` (router replicas over NATS);
 //! - `tokens.rs`: token arguments (uint32 buffers without per-element work, or int lists);
+//!   `buffer.rs`: the buffer protocol on CPython >= 3.11 (the only `unsafe` code);
 //! - `errors.rs`: the exception hierarchy under `KvrouteError`, with the Rust messages.
 //!
 //! Every call that can wait or take more than a few µs releases the GIL.
 
 use pyo3::prelude::*;
 
+mod buffer;
 mod decoder;
 mod errors;
 mod events;

@@ -65,6 +65,10 @@ pub fn read_tokens(obj: &Bound<'_, PyAny>, out: &mut Vec<u32>) -> PyResult<()> {
         }
         return Ok(());
     }
+    // CPython >= 3.11: the buffer protocol copies a uint32 array's memory straight.
+    if crate::buffer::available(obj.py()) && crate::buffer::read_u32(obj, out).is_some() {
+        return Ok(());
+    }
     match is_u32_array(obj)? {
         Some(true) => {
             let raw = obj.call_method0(pyo3::intern!(obj.py(), "tobytes"))?;

@@ -249,3 +249,22 @@ def test_stats_index_counts_events(router: KvRouter) -> None:
     router.apply_event(RouterEvent.stored(1, 2, [(1, 2)], parent=999))
     router.flush()
     assert router.stats()["index"]["device"]["errors"] == 1
+
+
+def test_token_buffers_read_as_their_lists(router: KvRouter) -> None:
+    tokens = list(range(64))
+    router.apply_event(chain_event(BlockHasher(BS), 2, tokens[::2]))
+    router.flush()
+    want = router.route(tokens[::2]).overlap_blocks
+    assert want == 8
+    assert router.route(memoryview(array.array("I", tokens[::2]))).overlap_blocks == want
+    assert router.route(bytearray(array.array("I", tokens[::2]).tobytes())).overlap_blocks == want
+    with pytest.raises(TypeError):
+        router.route(array.array("i", tokens))
+    with pytest.raises(TypeError):
+        router.route(array.array("Q", tokens))
+    np = pytest.importorskip("numpy")
+    strided = np.arange(64, dtype=np.uint32)[::2]  # not contiguous: read through tobytes()
+    assert router.route(strided).overlap_blocks == want
+    with pytest.raises(TypeError):
+        router.route(np.arange(64, dtype=np.dtype(">u4")))  # big-endian: refused, not misread
