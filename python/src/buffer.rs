@@ -8,6 +8,7 @@
 //! interpreter (so the module loads) but are never called.
 
 use std::ffi::{CStr, c_char, c_int, c_void};
+use std::sync::OnceLock;
 
 use pyo3::ffi::{Py_ssize_t, PyObject};
 use pyo3::prelude::*;
@@ -36,9 +37,11 @@ unsafe extern "C" {
 /// `PyBUF_C_CONTIGUOUS | PyBUF_FORMAT`: one C-contiguous block, with its item format.
 const FLAGS: c_int = 0x0020 | 0x0010 | 0x0008 | 0x0004;
 
-/// Whether the running interpreter has the buffer protocol in its stable ABI.
+/// Whether the running interpreter has the buffer protocol in its stable ABI (asked once:
+/// `version_info` parses the version string, a few µs).
 pub fn available(py: Python<'_>) -> bool {
-    py.version_info() >= (3, 11)
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| py.version_info() >= (3, 11))
 }
 
 /// Copies `obj`'s memory into `out` as `u32`s when it exports a C-contiguous 1-d buffer of
@@ -57,14 +60,10 @@ pub fn read_u32(obj: &Bound<'_, PyAny>, out: &mut Vec<u32>) -> Option<()> {
     }
     // SAFETY: GetBuffer succeeded, so CPython initialised the view.
     let mut view = unsafe { view.assume_init() };
-    let format = if view.format.is_null() {
-        None
-    } else {
-        // SAFETY: a non-null `format` is a NUL-terminated string owned by the exporter, valid
-        // until the buffer is released below.
-        Some(unsafe { CStr::from_ptr(view.format) }.to_bytes().to_vec())
-    };
-    let fits = matches!(format.as_deref(), Some(b"I" | b"=I" | b"<I" | b"@I"))
+    // SAFETY: a non-null `format` is a NUL-terminated string owned by the exporter, valid
+    // until the buffer is released below (it is only read before that).
+    let format = (!view.format.is_null()).then(|| unsafe { CStr::from_ptr(view.format) });
+    let fits = matches!(format.map(CStr::to_bytes), Some(b"I" | b"=I" | b"<I" | b"@I"))
         && view.itemsize == 4
         && view.ndim == 1
         && view.len >= 0
