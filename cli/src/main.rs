@@ -11,6 +11,12 @@
 //! engines' KV event streams over ZMQ, keeps a router's index of them and shows a live view;
 //! `--metrics ADDR` serves the same counters to Prometheus.
 //!
+//! `kvroute serve` runs the OpenAI-compatible gateway that routes each request to the engine
+//! holding the longest prefix of it (`--worker URL,zmq=…` per engine).
+//!
+//! `kvroute mocker` runs a mock vLLM engine (OpenAI-compatible HTTP, vLLM's KV events on ZMQ
+//! and its metrics) for a gateway to stand in front of without GPUs.
+//!
 //! `kvroute route` reads requests on stdin (one per line, whitespace-separated token ids) and
 //! prints each decision (`<worker id> <dp rank> <overlap blocks> <prompt blocks>`), for
 //! scripting; `--nats nats://…` joins the router replicas sharing that server.
@@ -19,13 +25,21 @@
 //! a malformed endpoint, a line that is not token ids, an unreachable NATS server) prints one
 //! error line and exits with code 2.
 
+#[cfg(not(loom))]
+mod bench;
+#[cfg(not(loom))]
+mod demo;
 #[cfg(feature = "listen")]
 mod listen;
 #[cfg(feature = "listen")]
 mod metrics;
+#[cfg(not(loom))]
+mod mocker;
 mod replicas;
 mod report;
 mod route;
+#[cfg(not(loom))]
+mod serve;
 mod table;
 
 use std::path::PathBuf;
@@ -55,6 +69,18 @@ enum Command {
     /// Subscribe to engines' KV events over ZMQ and show the index live.
     #[cfg(feature = "listen")]
     Listen(ListenArgs),
+    /// Run a mock vLLM engine: OpenAI-compatible HTTP, vLLM's KV events on ZMQ, vLLM's metrics.
+    #[cfg(not(loom))]
+    Mocker(mocker::MockerArgs),
+    /// Run the OpenAI-compatible KV-aware gateway in front of vLLM-style engines.
+    #[cfg(not(loom))]
+    Serve(serve::ServeArgs),
+    /// Replay a Mooncake trace over HTTP against an OpenAI-compatible endpoint.
+    #[cfg(not(loom))]
+    Bench(bench::BenchArgs),
+    /// Start mock engines and the gateway on loopback and replay a trace once per policy.
+    #[cfg(not(loom))]
+    Demo(demo::DemoArgs),
 }
 
 #[cfg(feature = "listen")]
@@ -143,6 +169,14 @@ fn main() -> ExitCode {
         Command::Listen(args) => {
             listen_options(&args).and_then(|options| listen::run(&options, &args.nats))
         }
+        #[cfg(not(loom))]
+        Command::Mocker(args) => mocker::run(&args),
+        #[cfg(not(loom))]
+        Command::Serve(args) => serve::run(&args),
+        #[cfg(not(loom))]
+        Command::Bench(args) => bench::run(&args),
+        #[cfg(not(loom))]
+        Command::Demo(args) => demo::run(&args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

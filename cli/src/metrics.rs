@@ -1,13 +1,12 @@
 //! `--metrics ADDR`: the live view's counters in the Prometheus text format, served at
 //! `GET /metrics` by a thread of its own.
 //!
-//! [`render`] writes the text format; [`MetricsServer`] serves whatever its closure renders at
+//! [`render`] writes the text format with `prometheus-client`; [`MetricsServer`] serves whatever its closure renders at
 //! the time of the request, with hyper on a current-thread runtime owned by its thread. Each
 //! connection is a task of its own (a slow client never holds up another scrape), has a
 //! deadline, and may send only a bounded request head; dropping the server stops it at once,
 //! open connections included.
 
-use std::fmt::Write as _;
 use std::io;
 use std::net::SocketAddr;
 #[cfg(not(loom))]
@@ -40,30 +39,62 @@ impl Metric {
     }
 }
 
-/// The metrics in the Prometheus text exposition format (version 0.0.4).
+/// The metrics in the OpenMetrics text format, written by `prometheus-client` (escaping, `_total`
+/// suffixes and `# EOF` are its business). A counter's name ends in `_total`, as exposed.
 pub fn render(metrics: &[Metric]) -> String {
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register_collector(Box::new(Snapshot(metrics.to_vec())));
     let mut out = String::new();
-    for metric in metrics {
-        let kind = match metric.kind {
-            Kind::Counter => "counter",
-            Kind::Gauge => "gauge",
-        };
-        let _ = writeln!(out, "# HELP {} {}", metric.name, metric.help);
-        let _ = writeln!(out, "# TYPE {} {kind}", metric.name);
-        for (labels, value) in &metric.samples {
-            out.push_str(metric.name);
-            if !labels.is_empty() {
-                let pairs: Vec<String> =
-                    labels.iter().map(|(k, v)| format!("{k}=\"{}\"", escape(v))).collect();
-                let _ = write!(out, "{{{}}}", pairs.join(","));
-            }
-            let _ = writeln!(out, " {value}");
-        }
-    }
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
     out
 }
 
-/// A label value with `\`, `"` and newlines escaped, as the format asks.
+/// Metrics taken at one scrape, as a `prometheus-client` collector.
+#[derive(Debug)]
+struct Snapshot(Vec<Metric>);
+
+impl prometheus_client::collector::Collector for Snapshot {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::MetricType;
+        use prometheus_client::metrics::counter::ConstCounter;
+        use prometheus_client::metrics::gauge::ConstGauge;
+        for metric in &self.0 {
+            let (name, kind) = match metric.kind {
+                Kind::Counter => {
+                    (metric.name.strip_suffix("_total").unwrap_or(metric.name), MetricType::Counter)
+                }
+                Kind::Gauge => (metric.name, MetricType::Gauge),
+            };
+            let mut family = encoder.encode_descriptor(name, metric.help, None, kind)?;
+            let encode =
+                |sample: prometheus_client::encoding::MetricEncoder<'_>, value: f64| match metric
+                    .kind
+                {
+                    Kind::Counter => ConstCounter::new(value).encode(sample),
+                    Kind::Gauge => ConstGauge::new(value).encode(sample),
+                };
+            match metric.samples.as_slice() {
+                [(labels, value)] if labels.is_empty() => encode(family, *value)?,
+                samples => {
+                    for (labels, value) in samples {
+                        // prometheus-client 0.23 writes label values as given: escape them.
+                        let labels: Vec<(&str, String)> =
+                            labels.iter().map(|(k, v)| (*k, escape(v))).collect();
+                        encode(family.encode_family(&labels)?, *value)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A label value with `\\`, `"` and newlines escaped, as the text format asks.
 fn escape(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
@@ -212,7 +243,9 @@ fn respond<B>(
     *response.status_mut() = status;
     response.headers_mut().insert(
         header::CONTENT_TYPE,
-        header::HeaderValue::from_static("text/plain; version=0.0.4"),
+        header::HeaderValue::from_static(
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        ),
     );
     response
 }
@@ -246,10 +279,10 @@ mod tests {
         ];
         assert_eq!(
             render(&metrics),
-            "# HELP kvroute_events_total Events applied.\n# TYPE kvroute_events_total counter\n\
-             kvroute_events_total 42\n# HELP kvroute_endpoint_up Whether an endpoint is \
+            "# HELP kvroute_events Events applied.\n# TYPE kvroute_events counter\n\
+             kvroute_events_total 42.0\n# HELP kvroute_endpoint_up Whether an endpoint is \
              connected.\n# TYPE kvroute_endpoint_up gauge\n\
-             kvroute_endpoint_up{endpoint=\"tcp://a\\\"b\"} 1\n"
+             kvroute_endpoint_up{endpoint=\"tcp://a\\\"b\"} 1.0\n# EOF\n"
         );
     }
 
@@ -259,13 +292,15 @@ mod tests {
         let seen = count.clone();
         let server = MetricsServer::start("127.0.0.1:0", move || {
             let value = seen.fetch_add(1, Ordering::Relaxed) as f64;
-            render(&[Metric::single("kvroute_scrapes", "Scrapes.", Kind::Counter, value)])
+            render(&[Metric::single("kvroute_scrapes_total", "Scrapes.", Kind::Counter, value)])
         })
         .unwrap();
         let first = get(server.local_addr(), "/metrics");
         assert!(first.starts_with("HTTP/1.1 200 OK\r\n"), "{first}");
-        assert!(first.ends_with("kvroute_scrapes 0\n"), "{first}");
-        assert!(get(server.local_addr(), "/metrics").ends_with("kvroute_scrapes 1\n"));
+        assert!(first.ends_with("kvroute_scrapes_total 0.0\n# EOF\n"), "{first}");
+        assert!(
+            get(server.local_addr(), "/metrics").ends_with("kvroute_scrapes_total 1.0\n# EOF\n")
+        );
         assert!(get(server.local_addr(), "/").starts_with("HTTP/1.1 404"));
         drop(server);
         assert_eq!(count.load(Ordering::Relaxed), 2);

@@ -111,8 +111,9 @@ impl NatsArgs {
     }
 }
 
+/// A router id unlikely to clash: the process id and the clock's nanoseconds.
 #[cfg(not(loom))]
-fn default_router_id() -> u64 {
+pub fn default_router_id() -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());

@@ -45,9 +45,14 @@ fn cells(result: &SimResult) -> [String; 12] {
 
 /// The table of `results`: a header, a rule, one row each.
 pub fn render(results: &[SimResult]) -> String {
-    let rows: Vec<[String; 12]> = results.iter().map(cells).collect();
-    let mut widths = HEADERS.map(str::len);
-    for row in &rows {
+    let rows: Vec<Vec<String>> = results.iter().map(|r| cells(r).to_vec()).collect();
+    render_rows(&HEADERS, &rows)
+}
+
+/// Any table: `headers`, a rule, then `rows`; the first column left-aligned, the others right.
+pub fn render_rows(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.len());
         }
@@ -65,12 +70,11 @@ pub fn render(results: &[SimResult]) -> String {
             .collect();
         padded.join("  ").trim_end().to_string()
     };
-    let mut out = line(&HEADERS);
+    let mut out = line(headers);
     out.push('\n');
-    out.push_str(&line(
-        &widths.map(|w| "-".repeat(w)).iter().map(String::as_str).collect::<Vec<_>>(),
-    ));
-    for row in &rows {
+    let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
+    out.push_str(&line(&rule.iter().map(String::as_str).collect::<Vec<_>>()));
+    for row in rows {
         out.push('\n');
         out.push_str(&line(&row.iter().map(String::as_str).collect::<Vec<_>>()));
     }

@@ -99,6 +99,13 @@ impl Engine {
     /// An idle worker with an empty cache of `model.capacity` blocks of `block_size` tokens.
     pub fn new(worker: Worker, model: EngineModel, block_size: u32) -> Self {
         let kv = MockKvManager::new(worker, model.capacity);
+        Self::with_kv_manager(kv, model, block_size)
+    }
+
+    /// An idle worker around the cache `kv` (for one that publishes given hashes, say); its
+    /// capacity bounds the running requests' blocks, in place of `model.capacity`.
+    pub fn with_kv_manager(kv: MockKvManager, mut model: EngineModel, block_size: u32) -> Self {
+        model.capacity = kv.capacity();
         Self {
             kv,
             model,
@@ -208,6 +215,19 @@ mod tests {
         assert_eq!(admitted[1].outcome.cached, 10);
         assert_eq!((admitted[1].prefill_start, admitted[1].prefill_end), (1.4, 1.4));
         assert!(!events.is_empty());
+    }
+
+    #[test]
+    fn an_engine_around_a_given_cache_takes_its_capacity_and_its_names() {
+        let kv = MockKvManager::new(Worker::new(4, 0), 3).publishing_given_hashes();
+        let mut engine = Engine::with_kv_manager(kv, EngineModel::default(), 4);
+        assert_eq!(engine.model().capacity, 3);
+        let requests = [hashes(8, 0)];
+        engine.enqueue(0, 8, 0);
+        let (mut events, mut admitted) = (Vec::new(), Vec::new());
+        engine.admit(0.0, |i| &requests[i], &mut events, &mut admitted);
+        assert!(engine.kv().contains(requests[0].sequence[1]));
+        assert_eq!(engine.kv().engine_hash(requests[0].sequence[1]), requests[0].sequence[1]);
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! leaf) is ever evicted, so the cached set stays closed under prefixes, as the index assumes.
 //!
 //! Like a real engine it names blocks by its *own* sequence hashes: a per-worker salted XXH3 of
-//! the router's sequence hash, so an index that confused the two would fail.
+//! the router's sequence hash, so an index that confused the two would fail. A mock engine that
+//! computes its engine's hashes itself (vLLM's, say) passes them as the request's sequence and
+//! publishes them unchanged ([`MockKvManager::publishing_given_hashes`]).
 
 use std::collections::BTreeSet;
 
@@ -48,8 +50,9 @@ pub struct StoreOutcome {
 pub struct MockKvManager {
     worker: Worker,
     capacity: usize,
-    /// Salt of the engine hashes; differs per worker, as real engines' hashes may.
-    salt: u64,
+    /// Salt of the engine hashes; differs per worker, as real engines' hashes may. `None`:
+    /// the sequence hashes the requests carry are published unchanged.
+    salt: Option<u64>,
     blocks: AHashMap<SequenceHash, Block>,
     /// The evictable blocks, least recently used first.
     leaves: BTreeSet<(u64, SequenceHash)>,
@@ -66,12 +69,27 @@ impl MockKvManager {
         Self {
             worker,
             capacity,
-            salt: xxh3_64_with_seed(&id, 0x656e_6769_6e65),
+            salt: Some(xxh3_64_with_seed(&id, 0x656e_6769_6e65)),
             blocks: AHashMap::new(),
             leaves: BTreeSet::new(),
             clock: 0,
             next_event_id: 1,
         }
+    }
+
+    /// The same cache, publishing blocks under the sequence hashes the requests carry, unchanged:
+    /// for a mock engine that names blocks the way its real engine does (vLLM's block hashes).
+    ///
+    /// ```
+    /// use kvroute::sim::MockKvManager;
+    /// use kvroute::{SequenceHash, Worker};
+    ///
+    /// let kv = MockKvManager::new(Worker::new(1, 0), 64).publishing_given_hashes();
+    /// assert_eq!(kv.engine_hash(SequenceHash(42)), SequenceHash(42));
+    /// ```
+    pub fn publishing_given_hashes(mut self) -> Self {
+        self.salt = None;
+        self
     }
 
     /// The (worker, dp_rank) whose cache this is.
@@ -104,9 +122,13 @@ impl MockKvManager {
         self.blocks.contains_key(&seq)
     }
 
-    /// The engine's name for the block with router sequence hash `seq` (cached or not).
+    /// The engine's name for the block with router sequence hash `seq` (cached or not): `seq`
+    /// itself when [publishing given hashes](Self::publishing_given_hashes).
     pub fn engine_hash(&self, seq: SequenceHash) -> SequenceHash {
-        SequenceHash(xxh3_64_with_seed(&seq.0.to_le_bytes(), self.salt))
+        match self.salt {
+            Some(salt) => SequenceHash(xxh3_64_with_seed(&seq.0.to_le_bytes(), salt)),
+            None => seq,
+        }
     }
 
     /// How many leading blocks of a request (router sequence hashes) are cached.
@@ -302,6 +324,26 @@ mod tests {
         assert_ne!(a.engine_hash(seq), seq);
         assert_ne!(a.engine_hash(seq), b.engine_hash(seq));
         assert_eq!(a.engine_hash(seq), a.clone().engine_hash(seq));
+    }
+
+    #[test]
+    fn a_manager_publishing_given_hashes_names_blocks_by_the_request_sequence() {
+        let mut kv = MockKvManager::new(Worker::new(2, 0), 10).publishing_given_hashes();
+        let mut events = Vec::new();
+        let a = request(&[1, 2, 3]);
+        kv.store(&a, &mut events);
+        let b = request(&[1, 2, 9]);
+        kv.store(&b, &mut events);
+        let stored: Vec<StoredBlock> = a
+            .local
+            .iter()
+            .zip(&a.sequence)
+            .map(|(&local, &hash)| StoredBlock { local, hash })
+            .collect();
+        assert_eq!(events[0], RouterEvent::stored(kv.worker(), 1, None, stored));
+        let tail = vec![StoredBlock { local: b.local[2], hash: b.sequence[2] }];
+        assert_eq!(events[1], RouterEvent::stored(kv.worker(), 2, Some(b.sequence[1]), tail));
+        kv.check_invariants();
     }
 
     #[test]
