@@ -7,78 +7,78 @@ use pyo3::{PyErr, create_exception};
 
 use kvroute::hash::HashError;
 use kvroute::index::EnqueueError;
-use kvroute::nats::NatsError;
+use kvroute::nats::NatsError as RustNatsError;
 use kvroute::pool::LaneDown;
-use kvroute::recovery::SnapshotError;
-use kvroute::router::{RouteError, RouterConfigError};
+use kvroute::recovery::SnapshotError as RustSnapshotError;
+use kvroute::router::{RouteError as RustRouteError, RouterConfigError};
 use kvroute::sequences::UnknownRequest;
-use kvroute::wire::WireError;
-use kvroute::wire::zmq::ZmqError;
+use kvroute::wire::WireError as RustWireError;
+use kvroute::wire::zmq::ZmqError as RustZmqError;
 
-create_exception!(_kvroute, KvrouteError, PyException, "Base of every error kvroute raises.");
+create_exception!(kvroute, KvrouteError, PyException, "Base of every error kvroute raises.");
 create_exception!(
-    _kvroute,
+    kvroute,
     ConfigError,
     KvrouteError,
     "A configuration is out of range (Rust `RouterConfigError`, `HashError`)."
 );
 create_exception!(
-    _kvroute,
-    RouteError_,
+    kvroute,
+    RouteError,
     KvrouteError,
     "A routing call was refused (Rust `RouteError`); `kind` names the variant."
 );
 create_exception!(
-    _kvroute,
+    kvroute,
     UnknownRequestError,
     KvrouteError,
     "No request in flight has this id (Rust `UnknownRequest`)."
 );
 create_exception!(
-    _kvroute,
+    kvroute,
     EventError,
     KvrouteError,
     "An event was refused or malformed (Rust `EnqueueError`, or a bad event value)."
 );
 create_exception!(
-    _kvroute,
+    kvroute,
     IndexDownError,
     KvrouteError,
     "The index lanes have stopped (Rust `LaneDown`)."
 );
 create_exception!(
-    _kvroute,
-    SnapshotError_,
+    kvroute,
+    SnapshotError,
     KvrouteError,
     "Saving or restoring a snapshot failed (Rust `SnapshotError`)."
 );
 create_exception!(
-    _kvroute,
-    WireError_,
+    kvroute,
+    WireError,
     KvrouteError,
     "An engine's wire message could not be decoded (Rust `WireError`)."
 );
 create_exception!(
-    _kvroute,
-    ZmqError_,
+    kvroute,
+    ZmqError,
     KvrouteError,
     "The ZMQ subscriber could not start (Rust `ZmqError`)."
 );
-create_exception!(_kvroute, NatsError_, KvrouteError, "A NATS replica failed (Rust `NatsError`).");
+create_exception!(kvroute, NatsError, KvrouteError, "A NATS replica failed (Rust `NatsError`).");
 
 /// Registers the exception classes on the module, under their Python names.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("KvrouteError", py.get_type::<KvrouteError>())?;
     m.add("ConfigError", py.get_type::<ConfigError>())?;
-    m.add("RouteError", py.get_type::<RouteError_>())?;
+    m.add("RouteError", py.get_type::<RouteError>())?;
     m.add("UnknownRequestError", py.get_type::<UnknownRequestError>())?;
     m.add("EventError", py.get_type::<EventError>())?;
     m.add("IndexDownError", py.get_type::<IndexDownError>())?;
-    m.add("SnapshotError", py.get_type::<SnapshotError_>())?;
-    m.add("WireError", py.get_type::<WireError_>())?;
-    m.add("ZmqError", py.get_type::<ZmqError_>())?;
-    m.add("NatsError", py.get_type::<NatsError_>())?;
+    m.add("SnapshotError", py.get_type::<SnapshotError>())?;
+    m.add("WireError", py.get_type::<WireError>())?;
+    m.add("ZmqError", py.get_type::<ZmqError>())?;
+    m.add("NatsError", py.get_type::<NatsError>())?;
     Ok(())
 }
 
@@ -93,8 +93,8 @@ pub fn hash(e: HashError) -> PyErr {
 }
 
 /// `RouteError` as `kvroute.RouteError`, with `kind` set to the variant's stable name.
-pub fn route(e: RouteError) -> PyErr {
-    let err = RouteError_::new_err(e.to_string());
+pub fn route(e: RustRouteError) -> PyErr {
+    let err = RouteError::new_err(e.to_string());
     Python::with_gil(|py| {
         // Setting an attribute on a fresh exception object cannot fail but for memory.
         let _ = err.value(py).setattr("kind", e.kind());
@@ -121,23 +121,23 @@ pub fn lane_down(e: LaneDown) -> PyErr {
 }
 
 /// `SnapshotError` as `kvroute.SnapshotError`.
-pub fn snapshot(e: SnapshotError) -> PyErr {
-    SnapshotError_::new_err(e.to_string())
+pub fn snapshot(e: RustSnapshotError) -> PyErr {
+    SnapshotError::new_err(e.to_string())
 }
 
 /// `WireError` as `kvroute.WireError`.
-pub fn wire(e: WireError) -> PyErr {
-    WireError_::new_err(e.to_string())
+pub fn wire(e: RustWireError) -> PyErr {
+    WireError::new_err(e.to_string())
 }
 
 /// `ZmqError` as `kvroute.ZmqError`.
-pub fn zmq(e: ZmqError) -> PyErr {
-    ZmqError_::new_err(e.to_string())
+pub fn zmq(e: RustZmqError) -> PyErr {
+    ZmqError::new_err(e.to_string())
 }
 
 /// `NatsError` as `kvroute.NatsError`.
-pub fn nats(e: NatsError) -> PyErr {
-    NatsError_::new_err(e.to_string())
+pub fn nats(e: RustNatsError) -> PyErr {
+    NatsError::new_err(e.to_string())
 }
 
 /// A malformed event value from Python (a bad tier name, a missing key) as `EventError`.

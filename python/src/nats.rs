@@ -32,7 +32,7 @@ impl PyNatsReplica {
         let mut config = NatsConfig::new(url, namespace, router_id);
         if let Some(v) = heartbeat {
             config.heartbeat = Duration::try_from_secs_f64(v).map_err(|_| {
-                errors::NatsError_::new_err(format!("heartbeat must be seconds >= 0, not {v}"))
+                errors::NatsError::new_err(format!("heartbeat must be seconds >= 0, not {v}"))
             })?;
         }
         let inner = py.allow_threads(|| NatsReplica::start(config)).map_err(errors::nats)?;

@@ -24,7 +24,7 @@ use crate::tokens::tokens as read;
 fn secs(field: &str, value: f64) -> PyResult<Duration> {
     Duration::try_from_secs_f64(value).map_err(|_| {
         errors::ConfigError::new_err(format!(
-            "{field} must be a finite number of seconds >= 0, not {value}"
+            "{field} must be a finite number of seconds >= 0, not {value:?}"
         ))
     })
 }

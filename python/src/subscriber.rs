@@ -20,11 +20,11 @@ fn endpoint_arg(obj: &Bound<'_, PyAny>) -> PyResult<ZmqEndpoint> {
         return Ok(ZmqEndpoint::new(WorkerId(worker), publisher));
     }
     let d = obj.downcast::<PyDict>().map_err(|_| {
-        errors::ZmqError_::new_err("an endpoint is (worker_id, publisher) or a dict with worker_id, publisher[, replay, dp_rank, topic]")
+        errors::ZmqError::new_err("an endpoint is (worker_id, publisher) or a dict with worker_id, publisher[, replay, dp_rank, topic]")
     })?;
     let need = |key: &str| {
         d.get_item(key)?
-            .ok_or_else(|| errors::ZmqError_::new_err(format!("endpoint dict without {key:?}")))
+            .ok_or_else(|| errors::ZmqError::new_err(format!("endpoint dict without {key:?}")))
     };
     let mut endpoint = ZmqEndpoint::new(
         WorkerId(need("worker_id")?.extract()?),

@@ -152,6 +152,8 @@ def test_errors(router: KvRouter) -> None:
                 kvroute.IndexDownError, kvroute.SnapshotError, kvroute.WireError, kvroute.ZmqError,
                 kvroute.NatsError):
         assert issubclass(cls, kvroute.KvrouteError)
+        assert cls.__name__ == cls.__qualname__ and getattr(kvroute, cls.__name__) is cls
+        assert cls.__module__ == "kvroute"
 
 
 def test_threads_route_while_events_apply() -> None:
