@@ -1,0 +1,109 @@
+"""`KvRouter.route` from Python: per-call p50/p99 and throughput under 1 and 4 threads.
+
+    python3 python/bench/route_bench.py [--calls 20000] [--seconds 2]
+
+Builds the same state as its Rust counterpart (python/bench/route_bench.rs, run with
+`cargo run --release -p kvroute-python --example route_bench`): block size 16, 128-block
+prompts (2,048 tokens): 64 prompts, prompt p = the 64 blocks of system prompt p % 8, then 64
+blocks of its own; worker p % workers caches prompt p whole. Routes without recording
+(update_states off), so the state stays the same through the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import statistics
+import threading
+import time
+from typing import Any, List, Sequence
+
+import kvroute
+
+BLOCK = 16
+BLOCKS = 128
+PROMPTS = 64
+
+
+def prompt(p: int) -> List[int]:
+    half = BLOCKS // 2 * BLOCK
+    return [1_000_000 * (p % 8 + 1) + i for i in range(half)] + [50_000_000 + p * 4096 + i for i in range(half)]
+
+
+def build(workers: int) -> kvroute.KvRouter:
+    router = kvroute.KvRouter(BLOCK, seed=42)
+    hasher = kvroute.BlockHasher(BLOCK)
+    for w in range(workers):
+        router.add_worker(w)
+    for p in range(PROMPTS):
+        w = p % workers
+        local, seq = hasher.hash_request(prompt(p))
+        router.apply_event(kvroute.RouterEvent.stored(w, p + 1, [(l, s ^ (w + 1)) for l, s in zip(local, seq)]))
+    router.flush()
+    return router
+
+
+def per_call(router: kvroute.KvRouter, prompts: Sequence[Any], calls: int) -> List[int]:
+    times = []
+    clock = time.perf_counter_ns
+    route = router.route
+    for i in range(calls):
+        tokens = prompts[i % PROMPTS]
+        t0 = clock()
+        route(tokens)
+        times.append(clock() - t0)
+    return times
+
+
+def throughput(router: kvroute.KvRouter, prompts: "List[array.array[int]]", threads: int, seconds: float) -> float:
+    counts = [0] * threads
+    start = threading.Barrier(threads + 1)
+    stop = threading.Event()
+
+    def run(k: int) -> None:
+        route = router.route
+        n = 0
+        start.wait()
+        while not stop.is_set():
+            for j in range(64):
+                route(prompts[(n + j + k) % PROMPTS])
+            n += 64
+        counts[k] = n
+
+    pool = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+    for t in pool:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    time.sleep(seconds)
+    stop.set()
+    for t in pool:
+        t.join()
+    return sum(counts) / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calls", type=int, default=20000)
+    ap.add_argument("--seconds", type=float, default=2.0)
+    args = ap.parse_args()
+    for workers in (16, 64):
+        router = build(workers)
+        prompts = [array.array("I", prompt(p)) for p in range(PROMPTS)]
+        lists = [prompt(p) for p in range(PROMPTS)]
+        per_call(router, prompts, 2000)  # warm up
+        times = sorted(per_call(router, prompts, args.calls))
+        p50 = statistics.median(times) / 1000
+        p99 = times[int(len(times) * 0.99)] / 1000
+        ltimes = sorted(per_call(router, lists, args.calls // 4))
+        print(f"python workers={workers} array('I'): p50 {p50:.2f} us  p99 {p99:.2f} us")
+        print(f"python workers={workers} list[int]:  p50 {statistics.median(ltimes) / 1000:.2f} us  "
+              f"p99 {ltimes[int(len(ltimes) * 0.99)] / 1000:.2f} us")
+        one = throughput(router, prompts, 1, args.seconds)
+        four = throughput(router, prompts, 4, args.seconds)
+        print(f"python workers={workers} throughput: 1 thread {one:,.0f}/s, 4 threads {four:,.0f}/s "
+              f"({four / one:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
