@@ -9,7 +9,7 @@
 //! - [`vllm_hash`]: vLLM's block hashes, so mock engines publish the names real ones would;
 //! - [`serve`]: `kvroute serve`, the gateway;
 //! - [`mocker`]: `kvroute mocker`, the mock engine;
-//! - [`bench`]: `kvroute bench`, a trace replayed over HTTP against any OpenAI endpoint.
+//! - [`bench`](mod@bench): `kvroute bench`, a trace replayed over HTTP against any OpenAI endpoint.
 //!
 //! The library `kvroute` stays free of an async runtime and of HTTP; everything here runs on
 //! tokio and is used by the CLI (`kvroute mocker`).
