@@ -208,6 +208,16 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| format!("cannot start the runtime: {e}"))
 }
 
+/// Waits `duration`, or until Ctrl-C when there is none (how `serve` and `mocker` run).
+pub async fn until_stopped(duration: Option<Duration>) {
+    match duration {
+        Some(duration) => tokio::time::sleep(duration).await,
+        None => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
 /// Each request's TTFT against its send time, one series per report, as an SVG.
 pub fn draw(path: &Path, reports: &[(String, BenchReport)]) -> Result<(), String> {
     use plotters::prelude::*;

@@ -87,12 +87,7 @@ pub fn run(args: &MockerArgs) -> Result<(), String> {
     config.max_model_len = args.max_model_len;
     let duration = args.duration.map(|d| positive("--duration", d)).transpose()?;
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    runtime.block_on(async {
+    super::bench::runtime()?.block_on(async {
         let mocker = Mocker::start(config, args.listen).await.map_err(|e| e.to_string())?;
         let events = match mocker.kv_event_addresses() {
             Some((publisher, Some(replay))) => format!(" kv-events={publisher} replay={replay}"),
@@ -100,15 +95,7 @@ pub fn run(args: &MockerArgs) -> Result<(), String> {
             None => String::new(),
         };
         println!("READY {}{events}", mocker.url());
-        let stop = async {
-            match duration {
-                Some(seconds) => tokio::time::sleep(Duration::from_secs_f64(seconds)).await,
-                None => {
-                    let _ = tokio::signal::ctrl_c().await;
-                }
-            }
-        };
-        stop.await;
+        super::bench::until_stopped(duration.map(Duration::from_secs_f64)).await;
         mocker.stop().await;
         Ok(())
     })

@@ -109,20 +109,10 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
     });
     let duration = args.duration.map(|d| seconds("--duration", d)).transpose()?;
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    runtime.block_on(async {
+    super::bench::runtime()?.block_on(async {
         let server = GatewayServer::start(config, args.listen).await?;
         println!("READY {}", server.url());
-        match duration {
-            Some(duration) => tokio::time::sleep(duration).await,
-            None => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
+        super::bench::until_stopped(duration).await;
         server.stop().await
     })
 }

@@ -7,6 +7,7 @@
 //! - [`tokenize`]: the engines' tokenization (HF `tokenizer.json` and the chat template);
 //! - [`openai`]: the request fields read, the error body, the responses and stream chunks;
 //! - [`vllm_hash`]: vLLM's block hashes, so mock engines publish the names real ones would;
+//! - [`http_server`]: the axum server both run on;
 //! - [`serve`]: `kvroute serve`, the gateway;
 //! - [`mocker`]: `kvroute mocker`, the mock engine;
 //! - [`bench`](mod@bench): `kvroute bench`, a trace replayed over HTTP against any OpenAI endpoint.
@@ -16,6 +17,7 @@
 #![cfg(not(loom))]
 
 pub mod bench;
+pub mod http_server;
 pub mod mocker;
 pub mod openai;
 pub mod serve;

@@ -25,9 +25,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use kvroute::sim::EngineModel;
-use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -163,22 +161,9 @@ impl Mocker {
             .route("/metrics", get(http::metrics))
             .layer(DefaultBodyLimit::max(config.max_body_bytes))
             .with_state(app);
-        let listener = TcpListener::bind(bind).await.map_err(MockerError::Bind)?;
-        let address = listener.local_addr().map_err(MockerError::Bind)?;
-        let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = stopped.await;
-            };
-            // Small writes (an SSE chunk, a short answer) go out at once, not after Nagle's
-            // wait for the client's delayed ACK (40 ms on Linux).
-            let listener = listener.tap_io(|tcp| {
-                let _ = tcp.set_nodelay(true);
-            });
-            if let Err(e) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
-                log::error!("mocker: {e}");
-            }
-        });
+        let serving =
+            crate::http_server::serve(bind, router, "mocker").await.map_err(MockerError::Bind)?;
+        let (address, stop, server) = (serving.address, serving.stop, serving.task);
         Ok(Self { address, kv_addresses, stop: Some(stop), server: Some(server) })
     }
 

@@ -29,12 +29,10 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use kvroute::router::RouterConfig;
 use kvroute::wire::zmq::{SubscriberConfig, ZmqEndpoint, ZmqSubscriber};
 use kvroute::{KvRouter, Worker};
 use parking_lot::Mutex;
-use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -305,23 +303,10 @@ impl GatewayServer {
             .route("/metrics", get(http::metrics))
             .layer(DefaultBodyLimit::max(gateway.config.max_body_bytes))
             .with_state(Arc::clone(&gateway));
-        let listener =
-            TcpListener::bind(bind).await.map_err(|e| format!("cannot listen on {bind}: {e}"))?;
-        let address = listener.local_addr().map_err(|e| e.to_string())?;
-        let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = stopped.await;
-            };
-            // Small writes (an SSE chunk, a short answer) go out at once, not after Nagle's
-            // wait for the client's delayed ACK (40 ms on Linux).
-            let listener = listener.tap_io(|tcp| {
-                let _ = tcp.set_nodelay(true);
-            });
-            if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
-                log::error!("gateway: {e}");
-            }
-        });
+        let serving = crate::http_server::serve(bind, app, "gateway")
+            .await
+            .map_err(|e| format!("cannot listen on {bind}: {e}"))?;
+        let (address, stop, server) = (serving.address, serving.stop, serving.task);
         let tasks = vec![
             server,
             tokio::spawn(health_checks(Arc::clone(&gateway))),
