@@ -4,6 +4,8 @@ The classes are implemented in Rust (``kvroute._kvroute``); see ``__init__.pyi``
 their signatures and the Rust defaults of ``KvRouter``'s settings.
 """
 
+from typing import Any, Protocol
+
 from kvroute._kvroute import (
     BlockHasher,
     ConfigError,
@@ -26,6 +28,17 @@ from kvroute._kvroute import (
     __version__,
 )
 
+
+class RecoverySource(Protocol):
+    """The engine side's record of its KV events, for ``KvRouter.run_recovery`` (the Rust
+    ``RecoverySource``); see ``__init__.pyi``. Any object with these two methods will do."""
+
+    def events_since(self, worker_id: int, dp_rank: int, tier: str, from_id: int) -> Any:
+        """The stream's events from ``from_id`` on (a list), or a dump ``(events, last_event_id)``."""
+
+    def full_dump(self, worker_id: int, dp_rank: int, tier: str) -> Any:
+        """The stream's whole state: ``(events, last_event_id)``."""
+
 __all__ = [
     "BlockHasher",
     "ConfigError",
@@ -36,6 +49,7 @@ __all__ = [
     "KvrouteError",
     "NatsError",
     "NatsReplica",
+    "RecoverySource",
     "RouteDecision",
     "RouteError",
     "RouterEvent",

@@ -3,7 +3,7 @@
 import array
 import os
 from types import TracebackType
-from typing import Any, Dict, Iterable, List, Literal, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Literal, Optional, Protocol, Sequence, Tuple, Union
 
 __version__: str
 
@@ -89,6 +89,21 @@ class NatsReplica:
     def wait_caught_up(self, timeout: float) -> bool: ...
     def stats(self) -> Dict[str, Any]: ...
 
+EventArg = Union[RouterEvent, Dict[str, Any]]
+Dump = Tuple[Sequence[EventArg], int]
+"""A stream's whole state: events that rebuild it on an empty index, and the id of the last
+published event they include (0 when none was published)."""
+
+class RecoverySource(Protocol):
+    """The engine side's record of its KV events, for ``KvRouter.run_recovery`` (the Rust
+    ``RecoverySource``). Raising ``LookupError`` means the source serves no such stream; any other
+    exception, that it is unavailable; recovery retries both with backoff."""
+
+    def events_since(self, worker_id: int, dp_rank: int, tier: Tier, from_id: int) -> Union[Sequence[EventArg], Dump]:
+        """The stream's events from ``from_id`` on (a list), or a dump (a tuple) when they are gone."""
+    def full_dump(self, worker_id: int, dp_rank: int, tier: Tier) -> Dump:
+        """The stream's whole state."""
+
 class KvRouter:
     """The KV-cache-aware router.
 
@@ -150,6 +165,18 @@ class KvRouter:
     def potential_loads(self, tokens: Tokens) -> List[Dict[str, int]]: ...
     def overlap_blocks(self, tokens: Tokens, worker_id: int, dp_rank: int = 0) -> int: ...
     def stats(self) -> Dict[str, Any]: ...
+    def worker_restarted(self, worker_id: int, dp_rank: int = 0) -> None:
+        """The worker lost its state (e.g. came back under a new instance): with recovery on, its
+        streams are restored from full dumps at the next ``run_recovery``; without, its blocks
+        leave the index. Raises IndexDownError if the index lanes have stopped."""
+    def expire_now(self) -> List[str]:
+        """Expires approximate-mode blocks and in-flight requests past their TTLs now; returns
+        the expired requests' ids."""
+    def run_recovery(self, source: RecoverySource) -> int:
+        """Runs the recovery fetches due now against ``source`` (recovery on; otherwise does
+        nothing); returns how many ran. Never call it from the routing path."""
+    def recovery_due(self) -> Optional[float]:
+        """Seconds until the next recovery retry is due (0: due now), or None."""
     def save_snapshot(self, path: Union[str, "os.PathLike[str]"]) -> None: ...
     def restore_snapshot(self, path: Union[str, "os.PathLike[str]"]) -> None: ...
 

@@ -9,6 +9,7 @@
 //! - `decoder.rs`: `VllmDecoder` and `DecodedBatch` (vLLM/SGLang msgpack batches);
 //! - `subscriber.rs`: `ZmqSubscriber` (engines' ZMQ streams into a router, on its threads);
 //! - `nats.rs`: `NatsReplica` (router replicas over NATS);
+//! - `recovery.rs`: a Python object as the `RecoverySource` of `KvRouter.run_recovery`;
 //! - `tokens.rs`: token arguments (uint32 buffers without per-element work, or int lists);
 //!   `buffer.rs`: the buffer protocol on CPython >= 3.11 (the only `unsafe` code);
 //! - `errors.rs`: the exception hierarchy under `KvrouteError`, with the Rust messages.
@@ -23,6 +24,7 @@ mod errors;
 mod events;
 mod hasher;
 mod nats;
+mod recovery;
 mod router;
 mod subscriber;
 mod tokens;

@@ -2,7 +2,7 @@
 //! the Rust default of `RouterConfig::new(block_size)`), and `RouteDecision`.
 //!
 //! Calls that can wait or take more than a few µs (`route`, `add_request`, `potential_loads`,
-//! `apply_event`, `flush`, worker changes, snapshots) run with the GIL released, so Python
+//! `apply_event`, `flush`, worker changes, recovery, snapshots) run with the GIL released, so Python
 //! threads calling them at once run in parallel as the Rust calls do.
 
 use std::sync::Arc;
@@ -18,6 +18,7 @@ use kvroute::{KvRouter, RequestId, RouteDecision, RouteRequest, RouterConfig, Wo
 use crate::errors;
 use crate::events::{event_arg, tier_name, worker_arg};
 use crate::nats::PyNatsReplica;
+use crate::recovery::PySource;
 use crate::tokens::tokens as read;
 
 /// A duration argument in seconds.
@@ -414,6 +415,40 @@ impl PyKvRouter {
         }
         d.set_item("index", index)?;
         Ok(d)
+    }
+
+    /// The worker `worker_id` (rank `dp_rank`) came back under a new instance, or its state is
+    /// otherwise known to be lost. With recovery on, each of its streams is restored from a
+    /// full dump at the next `run_recovery`; without, its blocks are dropped from the index.
+    #[pyo3(signature = (worker_id, dp_rank=0))]
+    fn worker_restarted(&self, py: Python<'_>, worker_id: u64, dp_rank: u32) -> PyResult<()> {
+        let router = &self.inner;
+        py.allow_threads(|| router.worker_restarted(Worker::new(worker_id, dp_rank)))
+            .map_err(errors::lane_down)
+    }
+
+    /// Expires approximate-mode blocks and in-flight requests past their TTLs now (both also
+    /// happen lazily). Returns the ids of the expired requests.
+    fn expire_now(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        let router = &self.inner;
+        Ok(ids(py.allow_threads(|| router.expire_now()).map_err(errors::lane_down)?))
+    }
+
+    /// Runs the recovery fetches due now against `source` (an object with `events_since` and
+    /// `full_dump`, see the stubs), with recovery on; otherwise does nothing. Call it from the
+    /// thread that hands in events, or one of its own, never from the routing path.
+    /// `recovery_due()` says when a retry is due. Returns how many fetches ran.
+    fn run_recovery(&self, py: Python<'_>, source: Py<PyAny>) -> PyResult<usize> {
+        let router = &self.inner;
+        let source = PySource(source);
+        py.allow_threads(|| router.run_recovery(&source)).map_err(errors::lane_down)
+    }
+
+    /// Seconds until recovery's next waiting fetch (a retry after backoff) is due (0 when it
+    /// is due already), or None when none waits.
+    fn recovery_due(&self) -> Option<f64> {
+        let due = self.inner.recovery_due()?;
+        Some(due.saturating_duration_since(std::time::Instant::now()).as_secs_f64())
     }
 
     /// Writes the index and the recovery cursors to the file at `path`.
