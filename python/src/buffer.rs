@@ -1,5 +1,5 @@
 //! The buffer protocol on CPython >= 3.11, where it is part of the stable ABI: a typed array's
-//! memory is copied into the token vector straight, without `tobytes()`'s intermediate object.
+//! memory is read in place, without `tobytes()`'s intermediate object.
 //!
 //! pyo3 does not declare `Py_buffer` for an abi3-py39 build (the protocol joined the limited
 //! API in 3.11), so the struct and the two functions are declared here exactly as CPython 3.11's
@@ -44,10 +44,13 @@ pub fn available(py: Python<'_>) -> bool {
     *AVAILABLE.get_or_init(|| py.version_info() >= (3, 11))
 }
 
-/// Copies `obj`'s memory into `out` as `u32`s when it exports a C-contiguous 1-d buffer of
-/// 4-byte unsigned ints (format `I`, native or `=`/`<` order). `None` when it exports no such
-/// buffer (the caller falls back to other readings); the Python error, if any, is cleared.
-pub fn read_u32(obj: &Bound<'_, PyAny>, out: &mut Vec<u32>) -> Option<()> {
+/// Calls `f` on `obj`'s memory as `u32`s when it exports a C-contiguous 1-d buffer of 4-byte
+/// unsigned ints (format `I`, native or `=`/`<` order): in place when it is 4-byte aligned, else
+/// through a copy. `None` when it exports no such buffer (the caller falls back to other
+/// readings); the Python error, if any, is cleared. The slice is valid only inside `f`, which
+/// runs with the GIL held: the exporter's memory is mutable, so `f` must not release it while
+/// reading (copy first).
+pub fn with_u32<R>(obj: &Bound<'_, PyAny>, f: impl FnOnce(&[u32]) -> R) -> Option<R> {
     debug_assert!(available(obj.py()));
     let mut view = std::mem::MaybeUninit::<PyBufferView>::uninit();
     // SAFETY: `obj` is a live object and the GIL is held (a `Bound` proves both); `view` is
@@ -68,15 +71,18 @@ pub fn read_u32(obj: &Bound<'_, PyAny>, out: &mut Vec<u32>) -> Option<()> {
         && view.ndim == 1
         && view.len >= 0
         && view.len % 4 == 0;
-    if fits {
+    let out = fits.then(|| {
         let len = view.len as usize;
         // SAFETY: the exporter guarantees `buf` points to `len` readable, C-contiguous bytes
-        // until release; they are copied out here, with the GIL held, before the release.
+        // until release, which happens after `f` returns; the GIL stays held meanwhile.
         let bytes = unsafe { std::slice::from_raw_parts(view.buf as *const u8, len) };
-        out.clear();
-        out.extend(bytes.chunks_exact(4).map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]])));
-    }
+        // SAFETY: every bit pattern is a valid u32; `align_to` only takes the aligned middle.
+        match unsafe { bytes.align_to::<u32>() } {
+            ([], words, []) => f(words),
+            _ => f(&crate::tokens::copy_le(bytes)),
+        }
+    });
     // SAFETY: releases exactly the buffer acquired above, once, with the GIL held.
     unsafe { PyBuffer_Release(&mut view) };
-    fits.then_some(())
+    out
 }

@@ -19,7 +19,11 @@ use crate::errors;
 use crate::events::{event_arg, tier_name, worker_arg};
 use crate::nats::PyNatsReplica;
 use crate::recovery::PySource;
-use crate::tokens::tokens as read;
+use crate::tokens::{tokens as read, with_tokens};
+
+/// `route` releases the GIL for prompts of this many tokens or more: shorter ones take less
+/// time in Rust than the release and retake (and the copy a mutable buffer then needs) cost.
+const RELEASE_GIL_TOKENS: usize = 1024;
 
 /// A duration argument in seconds.
 fn secs(field: &str, value: f64) -> PyResult<Duration> {
@@ -47,7 +51,7 @@ fn ids(requests: Vec<RequestId>) -> Vec<String> {
 }
 
 /// Where a request should go (immutable).
-#[pyclass(name = "RouteDecision", module = "kvroute", frozen)]
+#[pyclass(name = "RouteDecision", module = "kvroute", frozen, freelist = 64)]
 pub struct PyRouteDecision {
     /// The chosen worker's id.
     #[pyo3(get)]
@@ -261,6 +265,9 @@ impl PyKvRouter {
     ///
     /// With `request_id`, the request is recorded as in flight on the chosen worker (unless
     /// `update_states=False`); free it with `free(request_id)`.
+    ///
+    /// Buffers are read in place. Prompts of 1024 tokens or more are routed with the GIL
+    /// released, a mutable buffer's tokens copied first (`bytes` need no copy).
     #[pyo3(signature = (
         tokens, *, request_id=None, update_states=None, lora_name=None, cache_namespace=None,
         allowed_workers=None, pinned_worker=None, session_id=None, overlap_score_weight=None,
@@ -281,23 +288,31 @@ impl PyKvRouter {
         overlap_score_weight: Option<f64>,
         temperature: Option<f64>,
     ) -> PyResult<PyRouteDecision> {
-        let tokens = read(tokens)?;
         let allowed: Option<Vec<WorkerId>> =
             allowed_workers.map(|w| w.into_iter().map(WorkerId).collect());
         let pinned = pinned_worker.map(worker_arg).transpose()?;
-        let mut request = RouteRequest::tokens(&tokens);
-        request.lora_name = lora_name;
-        request.cache_namespace = cache_namespace;
-        request.allowed_workers = allowed.as_deref();
-        request.pinned_worker = pinned;
-        request.session_id = session_id;
-        request.overrides = RouteOverrides { overlap_score_weight, temperature };
-        if let Some(id) = request_id {
-            request.request_id = Some(RequestId::from(id));
-        }
-        request.update_states = update_states.unwrap_or(request_id.is_some());
         let router = &self.inner;
-        let decision = py.allow_threads(|| router.route(&request));
+        let decision = with_tokens(tokens, |tokens| {
+            let route = |tokens: &[u32]| {
+                let mut request = RouteRequest::tokens(tokens);
+                request.lora_name = lora_name;
+                request.cache_namespace = cache_namespace;
+                request.allowed_workers = allowed.as_deref();
+                request.pinned_worker = pinned;
+                request.session_id = session_id;
+                request.overrides = RouteOverrides { overlap_score_weight, temperature };
+                if let Some(id) = request_id {
+                    request.request_id = Some(RequestId::from(id));
+                }
+                request.update_states = update_states.unwrap_or(request_id.is_some());
+                router.route(&request)
+            };
+            // Small prompts route in less time than releasing and retaking the GIL costs.
+            Ok(match tokens.as_slice().len() >= RELEASE_GIL_TOKENS {
+                true => tokens.detached(|tokens| py.allow_threads(|| route(tokens))),
+                false => route(tokens.as_slice()),
+            })
+        })?;
         Ok(decision.map_err(errors::route)?.into())
     }
 

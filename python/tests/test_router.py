@@ -156,12 +156,13 @@ def test_errors(router: KvRouter) -> None:
         assert cls.__module__ == "kvroute"
 
 
-def test_threads_route_while_events_apply() -> None:
+@pytest.mark.parametrize("length", [128, 1024])  # route keeps the GIL, then releases it
+def test_threads_route_while_events_apply(length: int) -> None:
     router = KvRouter(BS, seed=1)
     for w in range(8):
         router.add_worker(w)
     hasher = BlockHasher(BS)
-    prompts = [array.array("I", range(p * 1000, p * 1000 + 128)) for p in range(16)]
+    prompts = [array.array("I", range(p * 10_000, p * 10_000 + length)) for p in range(16)]
     errors: list = []
     stop = threading.Event()
 
@@ -179,7 +180,7 @@ def test_threads_route_while_events_apply() -> None:
             n = 0
             while not stop.is_set() or n < 200:
                 d = router.route(prompts[n % 16])
-                assert 0 <= d.worker_id < 8 and d.request_blocks == 32
+                assert 0 <= d.worker_id < 8 and d.request_blocks == length // BS
                 n += 1
         except Exception as e:  # pragma: no cover
             errors.append(e)
@@ -192,7 +193,7 @@ def test_threads_route_while_events_apply() -> None:
     assert not errors
     router.flush()
     # Every prompt ends fully cached somewhere.
-    assert all(router.route(p).overlap_blocks == 32 for p in prompts)
+    assert all(router.route(p).overlap_blocks == length // BS for p in prompts)
 
 
 def test_block_hasher() -> None:
@@ -270,3 +271,32 @@ def test_token_buffers_read_as_their_lists(router: KvRouter) -> None:
     assert router.route(strided).overlap_blocks == want
     with pytest.raises(TypeError):
         router.route(np.arange(64, dtype=np.dtype(">u4")))  # big-endian: refused, not misread
+
+
+@pytest.mark.parametrize("length", [40, 1023, 1024, 3000])
+def test_every_token_form_routes_alike_on_both_sides_of_the_gil_threshold(length: int) -> None:
+    # Under 1024 tokens route keeps the GIL and reads buffers in place; from 1024 on it copies
+    # a mutable buffer (bytes need no copy) and releases the GIL.
+    r = KvRouter(BS, seed=3)
+    for w in (1, 2, 3):
+        r.add_worker(w)
+    tokens = [(7 * i + 11) % 50_000 for i in range(length)]
+    r.apply_event(chain_event(BlockHasher(BS), 2, tokens[: length // 2]))
+    r.apply_event(chain_event(BlockHasher(BS), 3, tokens[: length // 3]))
+    r.flush()
+    want = r.route(tokens, temperature=0.0)
+    assert (want.worker_id, want.overlap_blocks, want.request_blocks) == (2, length // 2 // BS, length // BS)
+    raw = array.array("I", tokens).tobytes()
+    # An 'I' buffer off 4-byte alignment: read through a copy.
+    unaligned = memoryview(bytearray(b"\0" + raw))[1:].cast("I")
+    forms = [tuple(tokens), array.array("I", tokens), raw, memoryview(array.array("I", tokens)), unaligned,
+             iter(tokens)]
+    for form in forms:
+        d = r.route(form, temperature=0.0)
+        assert (d.worker_id, d.overlap_blocks, d.request_blocks) == (2, want.overlap_blocks, want.request_blocks)
+    with pytest.raises(ValueError):
+        r.route(raw[:-1])
+    # Recorded requests go through the same path.
+    d = r.route(array.array("I", tokens), request_id="x")
+    assert d.worker_id == 2
+    r.free("x")
