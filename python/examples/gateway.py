@@ -1,108 +1,121 @@
-"""A KV-cache-aware FastAPI gateway in front of inference engines, on kvroute.
+"""A KV-cache-aware FastAPI gateway in front of vLLM-style engines, on kvroute.
 
     KVROUTE_WORKERS="1=http://127.0.0.1:8001,2=http://127.0.0.1:8002" \
+    KVROUTE_KV_EVENTS="1=tcp://127.0.0.1:5557+tcp://127.0.0.1:5558,2=tcp://127.0.0.1:5567" \
     KVROUTE_TOKENIZER=tokenizer.json uvicorn gateway:app
 
 Each completion request is tokenized (Hugging Face `tokenizers`), routed by `KvRouter` to the
 engine whose KV cache holds the longest prefix of its prompt (weighed against load), forwarded
-with httpx, and freed from the load tracker when the engine answers. Engines' KV events, in
-Dynamo's JSON shape, are posted to /events (a real deployment would use `ZmqSubscriber`).
+as it came with httpx, and freed from the load tracker when the engine answers. The engines'
+KV events (vLLM's `--kv-events-config` ZMQ publisher, and its replay socket after a `+`) reach
+the router through a `ZmqSubscriber` running on threads of its own.
 """
 
 from __future__ import annotations
 
 import array
+import contextlib
 import itertools
 import os
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, AsyncIterator, Dict, List, Mapping, Optional
 
 import httpx
 from fastapi import FastAPI, HTTPException
-from pydantic import BaseModel
 from tokenizers import Tokenizer
 
 import kvroute
 
 
-class CompletionRequest(BaseModel):
-    """The part of an OpenAI-style completion request the gateway reads."""
-
-    prompt: str
-    max_tokens: int = 16
-
-
-def parse_workers(spec: str) -> Dict[int, str]:
+def parse_map(spec: str) -> Dict[int, str]:
     """`"1=http://a,2=http://b"` as `{1: "http://a", 2: "http://b"}`."""
-    workers: Dict[int, str] = {}
+    out: Dict[int, str] = {}
     for item in filter(None, spec.split(",")):
-        worker_id, url = item.split("=", 1)
-        workers[int(worker_id)] = url.rstrip("/")
-    return workers
+        worker_id, value = item.split("=", 1)
+        out[int(worker_id)] = value.rstrip("/")
+    return out
+
+
+def endpoints(kv_events: Mapping[int, str]) -> List[Dict[str, Any]]:
+    """ZmqSubscriber endpoints from `{worker: "tcp://publisher[+tcp://replay]"}`."""
+    out: List[Dict[str, Any]] = []
+    for worker_id, spec in kv_events.items():
+        publisher, _, replay = spec.partition("+")
+        endpoint: Dict[str, Any] = {"worker_id": worker_id, "publisher": publisher}
+        if replay:
+            endpoint["replay"] = replay
+        out.append(endpoint)
+    return out
 
 
 def create_app(
     workers: Mapping[int, str],
     tokenizer: Tokenizer,
     *,
+    kv_events: Optional[Mapping[int, str]] = None,
     block_size: int = 16,
-    client: Optional[httpx.AsyncClient] = None,
 ) -> FastAPI:
-    """The gateway over `workers` (id -> base URL)."""
+    """The gateway over `workers` (id -> base URL), fed by their `kv_events` (id -> address)."""
     router = kvroute.KvRouter(block_size)
     for worker_id in workers:
         router.add_worker(worker_id)
     ids = itertools.count()
-    http = client or httpx.AsyncClient(timeout=60.0)
-    app = FastAPI(title="kvroute gateway")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # The subscriber's threads and the HTTP client live as long as the server.
+        async with httpx.AsyncClient(timeout=60.0) as http:
+            app.state.http = http
+            with kvroute.ZmqSubscriber(router, endpoints(kv_events or {})) as subscriber:
+                app.state.subscriber = subscriber
+                yield
+
+    app = FastAPI(title="kvroute gateway", lifespan=lifespan)
     app.state.router = router
 
     @app.post("/v1/completions")
-    async def completions(request: CompletionRequest) -> Dict[str, Any]:
-        tokens = array.array("I", tokenizer.encode(request.prompt).ids)
+    async def completions(body: Dict[str, Any]) -> Dict[str, Any]:
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            raise HTTPException(status_code=400, detail="prompt must be a string")
+        tokens = array.array("I", tokenizer.encode(prompt).ids)
         request_id = f"req-{next(ids)}"
         try:
             decision = router.route(tokens, request_id=request_id)
         except kvroute.RouteError as e:
             raise HTTPException(status_code=503, detail=f"{e.kind}: {e}") from e
         try:
-            response = await http.post(
-                f"{workers[decision.worker_id]}/v1/completions",
-                json={"prompt": request.prompt, "max_tokens": request.max_tokens},
-            )
+            http: httpx.AsyncClient = app.state.http
+            response = await http.post(f"{workers[decision.worker_id]}/v1/completions", json=body)
             response.raise_for_status()
-            body: Dict[str, Any] = response.json()
+            answer: Dict[str, Any] = response.json()
         except httpx.HTTPError as e:
             raise HTTPException(status_code=502, detail=str(e)) from e
         finally:
             router.free(request_id)
-        body["kvroute"] = {
+        answer["kvroute"] = {
             "worker_id": decision.worker_id,
             "overlap_blocks": decision.overlap_blocks,
             "request_blocks": decision.request_blocks,
         }
-        return body
-
-    @app.post("/events")
-    async def events(batch: List[Dict[str, Any]]) -> Dict[str, int]:
-        for event in batch:
-            try:
-                router.apply_event(event)
-            except kvroute.EventError as e:
-                raise HTTPException(status_code=400, detail=str(e)) from e
-        return {"applied": len(batch)}
+        return answer
 
     @app.get("/stats")
     async def stats() -> Dict[str, Any]:
-        return router.stats()
+        subscriber: kvroute.ZmqSubscriber = app.state.subscriber
+        return {"router": router.stats(), "kv_events": subscriber.stats()}
 
     return app
 
 
 def app_from_env() -> FastAPI:
-    """The gateway configured by KVROUTE_WORKERS, KVROUTE_TOKENIZER and KVROUTE_BLOCK_SIZE."""
-    tokenizer = Tokenizer.from_file(os.environ["KVROUTE_TOKENIZER"])
-    workers = parse_workers(os.environ["KVROUTE_WORKERS"])
-    return create_app(workers, tokenizer, block_size=int(os.environ.get("KVROUTE_BLOCK_SIZE", "16")))
+    """The gateway configured by KVROUTE_WORKERS, KVROUTE_KV_EVENTS, KVROUTE_TOKENIZER and
+    KVROUTE_BLOCK_SIZE (the engines' KV block size)."""
+    return create_app(
+        parse_map(os.environ["KVROUTE_WORKERS"]),
+        Tokenizer.from_file(os.environ["KVROUTE_TOKENIZER"]),
+        kv_events=parse_map(os.environ.get("KVROUTE_KV_EVENTS", "")),
+        block_size=int(os.environ.get("KVROUTE_BLOCK_SIZE", "16")),
+    )
 
 
 if os.environ.get("KVROUTE_WORKERS"):
