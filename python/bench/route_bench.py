@@ -7,6 +7,10 @@ Builds the same state as its Rust counterpart (python/bench/route_bench.rs, run 
 prompts (2,048 tokens): 64 prompts, prompt p = the 64 blocks of system prompt p % 8, then 64
 blocks of its own; worker p % workers caches prompt p whole. Routes without recording
 (update_states off), so the state stays the same through the run.
+
+Two processes see the shared machine at different moments, so the "interleaved" line also
+times, in this process, the Rust call alone (`KvRouter._route_ns`, timed inside as the Rust
+benchmark times it) alternating call by call with Python's `route` on the same prompt.
 """
 
 from __future__ import annotations
@@ -55,6 +59,24 @@ def per_call(router: kvroute.KvRouter, prompts: Sequence[Any], calls: int) -> Li
     return times
 
 
+def interleaved(router: kvroute.KvRouter, prompts: Sequence[Any], calls: int) -> "tuple[List[int], List[int]]":
+    """Python's `route` and the Rust call alone (`_route_ns`, timed inside), alternating call by
+    call on the same prompt, so both see the same machine."""
+    py_times, rust_times = [], []
+    clock = time.perf_counter_ns
+    route, rust = router.route, router._route_ns
+    for i in range(calls):
+        tokens = prompts[i % PROMPTS]
+        if i % 2:
+            rust_times.append(rust(tokens))
+        t0 = clock()
+        route(tokens)
+        py_times.append(clock() - t0)
+        if not i % 2:
+            rust_times.append(rust(tokens))
+    return py_times, rust_times
+
+
 def throughput(router: kvroute.KvRouter, prompts: "List[array.array[int]]", threads: int, seconds: float) -> float:
     counts = [0] * threads
     start = threading.Barrier(threads + 1)
@@ -99,6 +121,11 @@ def main() -> None:
         print(f"python workers={workers} array('I'): p50 {p50:.2f} us  p99 {p99:.2f} us")
         print(f"python workers={workers} list[int]:  p50 {statistics.median(ltimes) / 1000:.2f} us  "
               f"p99 {ltimes[int(len(ltimes) * 0.99)] / 1000:.2f} us")
+        py_t, rust_t = (sorted(t) for t in interleaved(router, prompts, args.calls))
+        py50, rust50 = statistics.median(py_t) / 1000, statistics.median(rust_t) / 1000
+        print(f"python workers={workers} interleaved: python p50 {py50:.2f} us  p99 "
+              f"{py_t[int(len(py_t) * 0.99)] / 1000:.2f} us, rust inside p50 {rust50:.2f} us  p99 "
+              f"{rust_t[int(len(rust_t) * 0.99)] / 1000:.2f} us: python - rust p50 {py50 - rust50:.2f} us")
         one = throughput(router, prompts, 1, args.seconds)
         four = throughput(router, prompts, 4, args.seconds)
         print(f"python workers={workers} throughput: 1 thread {one:,.0f}/s, 4 threads {four:,.0f}/s "

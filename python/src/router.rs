@@ -316,6 +316,21 @@ impl PyKvRouter {
         Ok(decision.map_err(errors::route)?.into())
     }
 
+    /// For python/bench/route_bench.py: the Rust call `route` makes for `tokens` (no options),
+    /// timed inside as python/bench/route_bench.rs times it, in nanoseconds. Setting the same
+    /// call's Python cost beside it in one process, call by call, cancels out the machine's
+    /// drift between two processes.
+    fn _route_ns(&self, tokens: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let router = &self.inner;
+        with_tokens(tokens, |tokens| {
+            let t0 = std::time::Instant::now();
+            let decision = router.route(&RouteRequest::tokens(tokens.as_slice()));
+            let elapsed = t0.elapsed().as_nanos() as u64;
+            std::hint::black_box(decision.map_err(errors::route)?);
+            Ok(elapsed)
+        })
+    }
+
     /// Records request `request_id` (of `tokens`) as in flight on a worker the caller chose.
     /// Returns the ids of requests that expired meanwhile.
     #[pyo3(signature = (request_id, tokens, worker_id, dp_rank=0))]
