@@ -158,7 +158,7 @@ class KvRouter:
     ) -> RouteDecision:
         """The worker for a prompt of ``tokens``; with ``request_id`` it is recorded as in flight
         there until ``free(request_id)``. Buffers are read in place; prompts of 1024 tokens or
-        more are routed with the GIL released (an array's tokens copied first, bytes' not)."""
+        more are routed with the GIL released (an array's blocks are hashed just before)."""
     def _route_ns(self, tokens: Tokens) -> int:
         """Benchmark hook: the Rust ``route`` call alone for ``tokens``, timed inside, in ns."""
     def add_request(self, request_id: str, tokens: Tokens, worker_id: int, dp_rank: int = 0) -> List[str]: ...

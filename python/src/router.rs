@@ -11,18 +11,19 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use kvroute::hash::BlockHasher;
 use kvroute::recovery::RecoveryConfig;
-use kvroute::router::{RouteOverrides, WorkerRole};
+use kvroute::router::{RouteInput, RouteOverrides, WorkerRole};
 use kvroute::{KvRouter, RequestId, RouteDecision, RouteRequest, RouterConfig, Worker, WorkerId};
 
 use crate::errors;
 use crate::events::{event_arg, tier_name, worker_arg};
 use crate::nats::PyNatsReplica;
 use crate::recovery::PySource;
-use crate::tokens::{tokens as read, with_tokens};
+use crate::tokens::{Tokens, tokens as read, with_tokens};
 
-/// `route` releases the GIL for prompts of this many tokens or more: shorter ones take less
-/// time in Rust than the release and retake (and the copy a mutable buffer then needs) cost.
+/// `route` releases the GIL for prompts of this many tokens or more (about 2 µs of Rust work
+/// with 16 workers): shorter ones are not worth the release and retake.
 const RELEASE_GIL_TOKENS: usize = 1024;
 
 /// A duration argument in seconds.
@@ -111,6 +112,8 @@ impl PyRouteDecision {
 #[pyclass(name = "KvRouter", module = "kvroute", frozen)]
 pub struct PyKvRouter {
     pub(crate) inner: Arc<KvRouter>,
+    /// The router's own block hasher (unsalted), for prompts hashed before the GIL is released.
+    hasher: BlockHasher,
 }
 
 #[pymethods]
@@ -211,7 +214,8 @@ impl PyKvRouter {
         if let Some(replica) = &replica {
             replica.inner.attach(Arc::clone(&router)).map_err(errors::nats)?;
         }
-        Ok(Self { inner: router })
+        let hasher = BlockHasher::new(block_size).map_err(errors::hash)?;
+        Ok(Self { inner: router, hasher })
     }
 
     /// The KV block size in tokens.
@@ -267,7 +271,7 @@ impl PyKvRouter {
     /// `update_states=False`); free it with `free(request_id)`.
     ///
     /// Buffers are read in place. Prompts of 1024 tokens or more are routed with the GIL
-    /// released, a mutable buffer's tokens copied first (`bytes` need no copy).
+    /// released (a mutable buffer's blocks hashed before; `bytes` are immutable).
     #[pyo3(signature = (
         tokens, *, request_id=None, update_states=None, lora_name=None, cache_namespace=None,
         allowed_workers=None, pinned_worker=None, session_id=None, overlap_score_weight=None,
@@ -293,8 +297,9 @@ impl PyKvRouter {
         let pinned = pinned_worker.map(worker_arg).transpose()?;
         let router = &self.inner;
         let decision = with_tokens(tokens, |tokens| {
-            let route = |tokens: &[u32]| {
-                let mut request = RouteRequest::tokens(tokens);
+            let route = |input: RouteInput<'_>| {
+                let mut request = RouteRequest::tokens(&[]);
+                request.input = Some(input);
                 request.lora_name = lora_name;
                 request.cache_namespace = cache_namespace;
                 request.allowed_workers = allowed.as_deref();
@@ -307,10 +312,25 @@ impl PyKvRouter {
                 request.update_states = update_states.unwrap_or(request_id.is_some());
                 router.route(&request)
             };
-            // Small prompts route in less time than releasing and retaking the GIL costs.
-            Ok(match tokens.as_slice().len() >= RELEASE_GIL_TOKENS {
-                true => tokens.detached(|tokens| py.allow_threads(|| route(tokens))),
-                false => route(tokens.as_slice()),
+            Ok(match tokens {
+                // Small prompts route in less time than releasing and retaking the GIL costs.
+                t if t.as_slice().len() < RELEASE_GIL_TOKENS => {
+                    route(RouteInput::Tokens(t.as_slice()))
+                }
+                // Another thread may write to a mutable buffer once the GIL is released: its
+                // blocks are hashed first (cheaper than a copy of its tokens, hashed anyway).
+                Tokens::Borrowed(t) => {
+                    let mut hasher = self.hasher;
+                    if let Some(lora) = lora_name {
+                        hasher = hasher.with_lora(lora);
+                    }
+                    if let Some(namespace) = cache_namespace {
+                        hasher = hasher.with_namespace(namespace);
+                    }
+                    let local = hasher.local_hashes(t);
+                    py.allow_threads(|| route(RouteInput::Hashes { local: &local, isl: t.len() }))
+                }
+                t => py.allow_threads(|| route(RouteInput::Tokens(t.as_slice()))),
             })
         })?;
         Ok(decision.map_err(errors::route)?.into())

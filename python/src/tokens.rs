@@ -7,8 +7,6 @@
 //! 3.11); there a typed array is read through its `tobytes()` (one copy of its memory, no
 //! per-element work) after its item type is checked.
 
-use std::cell::RefCell;
-
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyList, PyTuple};
@@ -34,31 +32,6 @@ impl Tokens<'_> {
         match self {
             Self::Frozen(t) | Self::Borrowed(t) => t,
             Self::Owned(t) => t,
-        }
-    }
-
-    /// Calls `f` on the token ids where they are safe to read with the GIL released: a mutable
-    /// exporter's are copied first (another thread could write to them meanwhile), into a
-    /// buffer this thread reuses, so the copy allocates nothing.
-    pub fn detached<R>(&self, f: impl FnOnce(&[u32]) -> R) -> R {
-        thread_local! {
-            static COPY: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
-        }
-        match self {
-            Self::Frozen(t) => f(t),
-            Self::Owned(t) => f(t),
-            Self::Borrowed(t) => COPY.with(|copy| match copy.try_borrow_mut() {
-                Ok(mut copy) => {
-                    copy.clear();
-                    copy.extend_from_slice(t);
-                    f(&copy)
-                }
-                // Only if `f` itself detached tokens on this thread: a copy of its own.
-                Err(_) => {
-                    let copy: Vec<u32> = t.to_vec();
-                    f(&copy)
-                }
-            }),
         }
     }
 }

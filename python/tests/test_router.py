@@ -275,8 +275,8 @@ def test_token_buffers_read_as_their_lists(router: KvRouter) -> None:
 
 @pytest.mark.parametrize("length", [40, 1023, 1024, 3000])
 def test_every_token_form_routes_alike_on_both_sides_of_the_gil_threshold(length: int) -> None:
-    # Under 1024 tokens route keeps the GIL and reads buffers in place; from 1024 on it copies
-    # a mutable buffer (bytes need no copy) and releases the GIL.
+    # Under 1024 tokens route keeps the GIL and reads buffers in place; from 1024 on it hashes
+    # a mutable buffer's blocks first (bytes, lists: not) and releases the GIL.
     r = KvRouter(BS, seed=3)
     for w in (1, 2, 3):
         r.add_worker(w)
@@ -300,3 +300,11 @@ def test_every_token_form_routes_alike_on_both_sides_of_the_gil_threshold(length
     d = r.route(array.array("I", tokens), request_id="x")
     assert d.worker_id == 2
     r.free("x")
+    # So do salted prompts: a LoRA's blocks are not the base model's.
+    salted = BlockHasher(BS, lora_name="ada")
+    local, seq = salted.hash_request(tokens)
+    r.apply_event(RouterEvent.stored(1, 9, [(l, s ^ 1) for l, s in zip(local, seq)]))
+    r.flush()
+    for form in (tokens, array.array("I", tokens), raw):
+        d = r.route(form, lora_name="ada", temperature=0.0)
+        assert (d.worker_id, d.overlap_blocks) == (1, length // BS)
