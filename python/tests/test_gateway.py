@@ -50,14 +50,17 @@ def start_mocker(binary: Path):
         [str(binary), "mocker", "--listen", "127.0.0.1:0", "--model", MODEL, "--tokenizer", str(TOKENIZER),
          "--block-size", str(BLOCK), "--speedup", "100", "--kv-events-config", KV_EVENTS, "--duration", "300"],
         stdout=subprocess.PIPE, text=True)
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    if not sel.select(timeout=30):
+    try:
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        assert sel.select(timeout=30), "the mocker did not print READY within 30 s"
+        words = proc.stdout.readline().split()
+        assert words[:1] == ["READY"] and words[2].startswith("kv-events=") and words[3].startswith("replay="), words
+        return proc, words
+    except BaseException:
         proc.kill()
-        raise AssertionError("the mocker did not print READY within 30 s")
-    words = proc.stdout.readline().split()
-    assert words[:1] == ["READY"] and words[2].startswith("kv-events=") and words[3].startswith("replay="), words
-    return proc, words
+        proc.wait()
+        raise
 
 
 def load_gateway():
