@@ -356,6 +356,7 @@ impl Harness {
                 self.registered.remove(&w);
                 self.presumed.lru.remove(&w);
                 self.presumed.held.remove(&w);
+                self.presumed.lru.remove(&w);
                 self.accepted.remove_worker(WorkerId(id));
                 self.exact = false;
             }
@@ -420,6 +421,7 @@ impl Harness {
                 let cleared = RouterEvent::cleared(w, 0);
                 let _ = self.accepted.apply(&cleared);
                 self.presumed.held.remove(&w);
+                self.presumed.lru.remove(&w);
                 if self.mode == Mode::Recovered {
                     // The engine came back empty, numbering from the start; what it had not
                     // delivered is gone with it.

@@ -1,20 +1,21 @@
 //! Approximate mode: the router indexes its own decisions when engines publish no KV events.
 //!
 //! Each decision is turned into the event the engine would have published — the chosen worker
-//! stored the request's blocks, named by our own sequence hashes — and goes through the same
+//! stored the request's blocks it was not presumed to hold, named by our own sequence hashes,
+//! below the last one it was — and goes through the same
 //! [`TieredIndex`] as real events, so queries need no second tree. This tracker remembers when
 //! each (worker, block) was last routed and turns age and size into `Removed` events: a block
 //! not routed again within the TTL expires, and a worker past `max_blocks` is pruned to
 //! `prune_target` of it, least recently routed first.
 //!
-//! A block is routed whenever any request through it is, and a request's blocks are touched
-//! deepest first, so a block is always more recent than the blocks below it: expiry and
-//! pruning take tails before their prefixes, and the index never holds a block whose parent
-//! was forgotten. A worker's events
+//! A block is routed whenever any request through it is, so a block is always at least as
+//! recent as the blocks below it: expiry and pruning take leaves only (see [`PresumedCache`]),
+//! tails before their prefixes, and the index never holds a block whose parent was forgotten.
+//! A route costs one lookup per new block plus one, however long its prompt. A worker's events
 //! are sent while its entry is locked, so they reach its lane in the order they were decided;
 //! one longer than the index takes at once goes in as pieces, in order.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use crate::event::{LocalBlockHash, RouterEvent, SequenceHash, StoredBlock, Worker, WorkerId};
@@ -25,8 +26,16 @@ use crate::sync::{AtomicU64, Mutex, Ordering};
 
 const SHARDS: usize = 16;
 
-/// One worker's presumed cache: its blocks in least-recently-routed order, as a doubly linked
-/// list threaded through a slab (one hash lookup per touch; eviction pops the old end).
+/// One worker's presumed cache: its blocks as a forest (each knows its parent and how many
+/// children it has), and its leaves ordered by when a request last went through them.
+///
+/// A route touches only its deepest block (and inserts the blocks below the deepest one held):
+/// one lookup per new block plus one, not one per block of the prompt. The blocks above it are
+/// not stamped; a block's stamp is the latest of its own and those of the children it lost,
+/// so a block that becomes a leaf carries the last time any request went through it. The
+/// leaf with the oldest stamp is then exactly the block an LRU list touched on every block of
+/// every route would evict first, and removing leaves only keeps the presumed blocks (and so
+/// the index) closed under prefixes.
 #[derive(Debug)]
 struct PresumedCache {
     /// Block → its slot in `nodes`.
@@ -34,93 +43,111 @@ struct PresumedCache {
     nodes: Vec<Node>,
     /// Slots of evicted blocks, for reuse.
     free: Vec<u32>,
-    /// The least and most recently routed blocks' slots.
-    oldest: u32,
-    newest: u32,
+    /// The childless blocks by stamp, oldest first.
+    leaves: BTreeSet<(Stamp, u32)>,
+    /// Routes recorded: orders routes of equal ticks.
+    routes: u64,
 }
 
 const NONE: u32 = u32::MAX;
 
+/// When a request last went through a block: its tick, then its route's number.
+type Stamp = (u64, u64);
+
 #[derive(Clone, Copy, Debug)]
 struct Node {
     hash: SequenceHash,
-    tick: u64,
-    /// Neighbours towards the old and the new end (`NONE` at the ends).
-    older: u32,
-    newer: u32,
+    parent: u32,
+    children: u32,
+    stamp: Stamp,
 }
 
 impl PresumedCache {
     fn empty() -> Self {
         let slots = HashMap::default();
-        Self { slots, nodes: Vec::new(), free: Vec::new(), oldest: NONE, newest: NONE }
+        Self { slots, nodes: Vec::new(), free: Vec::new(), leaves: BTreeSet::new(), routes: 0 }
     }
 
     fn len(&self) -> usize {
         self.slots.len()
     }
 
-    /// Moves `hash` (inserted if new) to the new end, stamped `tick`.
-    fn touch(&mut self, hash: SequenceHash, tick: u64) {
-        let slot = match self.slots.get(&hash) {
-            Some(&slot) => {
-                self.unlink(slot);
-                slot
-            }
-            None => {
-                let node = Node { hash, tick, older: NONE, newer: NONE };
-                let slot = match self.free.pop() {
-                    Some(slot) => {
-                        self.nodes[slot as usize] = node;
-                        slot
-                    }
-                    None => {
-                        self.nodes.push(node);
-                        (self.nodes.len() - 1) as u32
-                    }
-                };
-                self.slots.insert(hash, slot);
-                slot
-            }
+    /// Records a route through `sequence` at `tick`; the blocks not presumed cached before,
+    /// from this index of `sequence` on (the rest were, and they are a prefix).
+    fn route(&mut self, sequence: &[SequenceHash], tick: u64) -> usize {
+        if sequence.is_empty() {
+            return 0;
+        }
+        self.routes += 1;
+        let stamp = (tick, self.routes);
+        // The presumed blocks are closed under prefixes: the deepest one held ends the search.
+        let held = sequence.iter().rev().position(|hash| self.slots.contains_key(hash));
+        let new_from = held.map_or(0, |from_end| sequence.len() - from_end);
+        let mut parent = match new_from {
+            0 => NONE,
+            at => self.slots[&sequence[at - 1]],
         };
-        let node = &mut self.nodes[slot as usize];
-        (node.tick, node.older, node.newer) = (tick, self.newest, NONE);
-        match self.newest {
-            NONE => self.oldest = slot,
-            newest => self.nodes[newest as usize].newer = slot,
+        if new_from == sequence.len() {
+            // Nothing new: the deepest block gets the stamp.
+            let node = &mut self.nodes[parent as usize];
+            let old = std::mem::replace(&mut node.stamp, stamp);
+            if node.children == 0 {
+                self.leaves.remove(&(old, parent));
+                self.leaves.insert((stamp, parent));
+            }
+            return new_from;
         }
-        self.newest = slot;
+        for &hash in &sequence[new_from..] {
+            let node = Node { hash, parent, children: 0, stamp };
+            let slot = match self.free.pop() {
+                Some(slot) => {
+                    self.nodes[slot as usize] = node;
+                    slot
+                }
+                None => {
+                    self.nodes.push(node);
+                    (self.nodes.len() - 1) as u32
+                }
+            };
+            self.slots.insert(hash, slot);
+            if parent != NONE {
+                let above = &mut self.nodes[parent as usize];
+                above.children += 1;
+                if above.children == 1 {
+                    self.leaves.remove(&(above.stamp, parent));
+                }
+            }
+            parent = slot;
+        }
+        self.leaves.insert((stamp, parent));
+        new_from
     }
 
-    fn unlink(&mut self, slot: u32) {
-        let Node { older, newer, .. } = self.nodes[slot as usize];
-        match older {
-            NONE => self.oldest = newer,
-            older => self.nodes[older as usize].newer = newer,
-        }
-        match newer {
-            NONE => self.newest = older,
-            newer => self.nodes[newer as usize].older = older,
-        }
-    }
-
-    /// Takes the least recently routed blocks while `take(tick, len)` says so.
+    /// Takes the least recently routed leaves while `take(tick, len)` says so: a child before
+    /// its parent, so what is left stays closed under prefixes.
     fn evict_while(&mut self, mut take: impl FnMut(u64, usize) -> bool) -> Vec<SequenceHash> {
         let mut evicted = Vec::new();
-        while self.oldest != NONE {
-            let slot = self.oldest;
-            let Node { hash, tick, .. } = self.nodes[slot as usize];
-            if !take(tick, self.len()) {
+        while let Some(&(stamp, slot)) = self.leaves.first() {
+            if !take(stamp.0, self.len()) {
                 break;
             }
-            self.unlink(slot);
+            self.leaves.pop_first();
+            let Node { hash, parent, .. } = self.nodes[slot as usize];
             self.slots.remove(&hash);
             self.free.push(slot);
             evicted.push(hash);
+            if parent != NONE {
+                let above = &mut self.nodes[parent as usize];
+                above.stamp = above.stamp.max(stamp);
+                above.children -= 1;
+                if above.children == 0 {
+                    self.leaves.insert((above.stamp, parent));
+                }
+            }
         }
         if self.slots.is_empty() {
             // Nothing live: give the memory back rather than keep a worker's peak.
-            *self = Self::empty();
+            *self = Self { routes: self.routes, ..Self::empty() };
         }
         evicted
     }
@@ -196,14 +223,16 @@ impl ApproxTracker {
         let tick = self.tick(now);
         let mut shard = self.shard(worker).lock();
         let cache = shard.entry(worker).or_insert_with(PresumedCache::empty);
-        // Deepest first, so a prefix is always more recent than the blocks below it.
-        for &hash in sequence.iter().rev() {
-            cache.touch(hash, tick);
+        let new_from = cache.route(sequence, tick);
+        if new_from < sequence.len() {
+            // The index lacks just the new blocks, below the last one it holds. Our sequence
+            // hashes name them, so a run longer than one event may be goes in as a chain of
+            // pieces, each continuing the previous one's last block.
+            let parent = new_from.checked_sub(1).map(|above| sequence[above]);
+            let blocks = local[new_from..].iter().zip(&sequence[new_from..]);
+            let blocks = blocks.map(|(&local, &hash)| StoredBlock { local, hash }).collect();
+            index.apply_split(RouterEvent::stored(worker, self.event_id(), parent, blocks))?;
         }
-        let blocks = local.iter().zip(sequence).map(|(&local, &hash)| StoredBlock { local, hash });
-        // Our sequence hashes name the blocks, so a request longer than one event may be goes
-        // in as a chain of pieces, each continuing the previous one's last block.
-        index.apply_split(RouterEvent::stored(worker, self.event_id(), None, blocks.collect()))?;
         if cache.len() > self.config.max_blocks {
             let target = (self.config.max_blocks as f64 * self.config.prune_target) as usize;
             let pruned = cache.evict_while(|_, len| len > target);
@@ -254,6 +283,14 @@ impl ApproxTracker {
         Ok(())
     }
 
+    /// Forgets what `worker` was presumed to hold and runs `clear` (which clears it in the
+    /// index) while no decision for it can be recorded: a restarted engine holds nothing.
+    pub(crate) fn forget<R>(&self, worker: Worker, clear: impl FnOnce() -> R) -> R {
+        let mut shard = self.shard(worker).lock();
+        shard.remove(&worker);
+        clear()
+    }
+
     /// Forgets every dp rank of `id` (the caller removes it from the index).
     pub(crate) fn remove_worker(&self, id: WorkerId) {
         for shard in &self.shards {
@@ -281,38 +318,87 @@ fn duration_ticks(duration: Duration) -> u64 {
 mod tests {
     use super::*;
 
+    /// The plain LRU list it replaces: every block of every route touched, deepest first;
+    /// eviction from the least recently touched end.
+    #[derive(Default)]
+    struct TouchEveryBlock(Vec<(u64, SequenceHash)>);
+
+    impl TouchEveryBlock {
+        fn route(&mut self, sequence: &[SequenceHash], tick: u64) {
+            for &hash in sequence.iter().rev() {
+                self.0.retain(|&(_, h)| h != hash);
+                self.0.push((tick, hash));
+            }
+        }
+
+        fn evict_while(&mut self, mut take: impl FnMut(u64, usize) -> bool) -> Vec<SequenceHash> {
+            let mut evicted = Vec::new();
+            while let Some(&(tick, hash)) = self.0.first() {
+                if !take(tick, self.0.len()) {
+                    break;
+                }
+                self.0.remove(0);
+                evicted.push(hash);
+            }
+            evicted
+        }
+    }
+
     #[test]
-    fn the_presumed_cache_evicts_in_least_recently_touched_order() {
-        // A naive model: (last touch order, hash), oldest first.
-        let mut cache = PresumedCache::empty();
-        let mut model: Vec<(u64, u64)> = Vec::new();
-        let mut order = 0;
+    fn leaves_by_stamp_evict_as_touching_every_block_would() {
         let mut state = 7u64;
-        for step in 0..2_000u64 {
+        let mut next = || {
             state = state
                 .wrapping_mul(6_364_136_223_846_793_005)
                 .wrapping_add(1_442_695_040_888_963_407);
-            let hash = (state >> 33) % 64;
-            if step % 7 == 6 {
-                let keep = (state >> 20) as usize % 40;
-                let evicted = cache.evict_while(|_, len| len > keep);
-                model.sort_unstable();
-                let expected: Vec<SequenceHash> = model
-                    .drain(..model.len().saturating_sub(keep))
-                    .map(|(_, h)| SequenceHash(h))
-                    .collect();
-                assert_eq!(evicted, expected);
-            } else {
-                order += 1;
-                cache.touch(SequenceHash(hash), step);
-                model.retain(|&(_, h)| h != hash);
-                model.push((order, hash));
+            state >> 33
+        };
+        for _ in 0..20 {
+            let (mut cache, mut model) = (PresumedCache::empty(), TouchEveryBlock::default());
+            let mut tick = 0;
+            for _ in 0..400 {
+                tick += next() % 3;
+                if next() % 6 == 0 {
+                    let keep = next() as usize % 60;
+                    let (a, b) =
+                        (cache.evict_while(|_, n| n > keep), model.evict_while(|_, n| n > keep));
+                    assert_eq!(a, b, "pruned to {keep}");
+                } else if next() % 9 == 0 {
+                    let cutoff = tick.saturating_sub(next() % 8);
+                    let (a, b) = (
+                        cache.evict_while(|t, _| t <= cutoff),
+                        model.evict_while(|t, _| t <= cutoff),
+                    );
+                    assert_eq!(a, b, "expired to {cutoff}");
+                } else {
+                    // A prompt of one of 4 families: a shared root, a family block, then up
+                    // to 6 blocks of one of 3 branches (names are the whole prefix).
+                    let (family, branch, depth) = (next() % 4, next() % 3, next() % 8);
+                    let sequence: Vec<SequenceHash> = (0..depth)
+                        .map(|d| match d {
+                            0 => SequenceHash(1),
+                            1 => SequenceHash(10 + family),
+                            d => SequenceHash(1000 * (family + 1) + 100 * branch + d),
+                        })
+                        .collect();
+                    let held = cache.len();
+                    let new_from = cache.route(&sequence, tick);
+                    assert!(sequence[..new_from].iter().all(|h| model.0.iter().any(|e| e.1 == *h)));
+                    model.route(&sequence, tick);
+                    assert_eq!(cache.len(), held + sequence.len() - new_from);
+                }
+                assert_eq!(cache.len(), model.0.len());
+                assert_eq!(
+                    cache.leaves.len(),
+                    cache.nodes.len() - cache.free.len() - interior(&cache)
+                );
             }
-            assert_eq!(cache.len(), model.len());
+            assert_eq!(cache.evict_while(|_, _| true), model.evict_while(|_, _| true));
+            assert_eq!(cache.len(), 0);
         }
-        let expired = cache.evict_while(|tick, _| tick < 1_000);
-        assert!(expired.iter().all(|h| !cache.slots.contains_key(h)));
-        assert!(cache.evict_while(|_, _| true).len() + expired.len() >= 1);
-        assert_eq!(cache.len(), 0);
+    }
+
+    fn interior(cache: &PresumedCache) -> usize {
+        cache.slots.values().filter(|&&slot| cache.nodes[slot as usize].children > 0).count()
     }
 }

@@ -299,7 +299,8 @@ impl KvRouter {
 
     /// A worker came back under a new instance id (or its state is otherwise known to be
     /// lost): each of its streams is restored from a full dump at the next recovery run.
-    /// Without recovery, its state is dropped from the index instead.
+    /// Without recovery, its state is dropped from the index instead (in approximate mode, with
+    /// what it was presumed to hold).
     pub fn worker_restarted(&self, worker: Worker) -> Result<(), LaneDown> {
         match &self.recovery {
             // Only the streams the worker has: a tier it never used has nothing to restore, and
@@ -313,10 +314,19 @@ impl KvRouter {
                 Ok(())
             }
             // Only the tiers whose lanes run: one that never started holds nothing to clear.
-            None => StorageTier::ALL
-                .into_iter()
-                .filter(|&tier| self.index.tier(tier).is_some())
-                .try_for_each(|tier| EventSink::clear(&self.index, worker, tier)),
+            None => {
+                let clear = || {
+                    StorageTier::ALL
+                        .into_iter()
+                        .filter(|&tier| self.index.tier(tier).is_some())
+                        .try_for_each(|tier| EventSink::clear(&self.index, worker, tier))
+                };
+                match &self.approx {
+                    // Approximate mode tells the index only blocks it does not presume held.
+                    Some(approx) => approx.forget(worker, clear),
+                    None => clear(),
+                }
+            }
         }
     }
 
