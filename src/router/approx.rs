@@ -88,12 +88,14 @@ impl PresumedCache {
             at => self.slots[&sequence[at - 1]],
         };
         if new_from == sequence.len() {
-            // Nothing new: the deepest block gets the stamp.
+            // Nothing new: the deepest block gets the stamp (a route that read the clock
+            // before another but took the lock after it leaves the later stamp).
             let node = &mut self.nodes[parent as usize];
-            let old = std::mem::replace(&mut node.stamp, stamp);
+            let old = node.stamp;
+            node.stamp = old.max(stamp);
             if node.children == 0 {
                 self.leaves.remove(&(old, parent));
-                self.leaves.insert((stamp, parent));
+                self.leaves.insert((node.stamp, parent));
             }
             return new_from;
         }
