@@ -11,7 +11,6 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use kvroute::hash::BlockHasher;
 use kvroute::recovery::RecoveryConfig;
 use kvroute::router::{RouteInput, RouteOverrides, WorkerRole};
 use kvroute::{KvRouter, RequestId, RouteDecision, RouteRequest, RouterConfig, Worker, WorkerId};
@@ -112,8 +111,6 @@ impl PyRouteDecision {
 #[pyclass(name = "KvRouter", module = "kvroute", frozen)]
 pub struct PyKvRouter {
     pub(crate) inner: Arc<KvRouter>,
-    /// The router's own block hasher (unsalted), for prompts hashed before the GIL is released.
-    hasher: BlockHasher,
 }
 
 #[pymethods]
@@ -214,8 +211,7 @@ impl PyKvRouter {
         if let Some(replica) = &replica {
             replica.inner.attach(Arc::clone(&router)).map_err(errors::nats)?;
         }
-        let hasher = BlockHasher::new(block_size).map_err(errors::hash)?;
-        Ok(Self { inner: router, hasher })
+        Ok(Self { inner: router })
     }
 
     /// The KV block size in tokens.
@@ -320,14 +316,9 @@ impl PyKvRouter {
                 // Another thread may write to a mutable buffer once the GIL is released: its
                 // blocks are hashed first (cheaper than a copy of its tokens, hashed anyway).
                 Tokens::Borrowed(t) => {
-                    let mut hasher = self.hasher;
-                    if let Some(lora) = lora_name {
-                        hasher = hasher.with_lora(lora);
-                    }
-                    if let Some(namespace) = cache_namespace {
-                        hasher = hasher.with_namespace(namespace);
-                    }
-                    let local = hasher.local_hashes(t);
+                    let mut salts = RouteRequest::tokens(&[]);
+                    (salts.lora_name, salts.cache_namespace) = (lora_name, cache_namespace);
+                    let local = router.request_hasher(&salts).local_hashes(t);
                     py.allow_threads(|| route(RouteInput::Hashes { local: &local, isl: t.len() }))
                 }
                 t => py.allow_threads(|| route(RouteInput::Tokens(t.as_slice()))),

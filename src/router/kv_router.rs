@@ -479,7 +479,9 @@ impl KvRouter {
         }
     }
 
-    fn request_hasher(&self, request: &RouteRequest<'_>) -> BlockHasher {
+    /// The hasher `route` uses for `request`'s tokens (salted by its LoRA and cache namespace),
+    /// for callers that hash a prompt themselves and route it as [`RouteInput::Hashes`].
+    pub fn request_hasher(&self, request: &RouteRequest<'_>) -> BlockHasher {
         let mut hasher = self.hasher;
         if let Some(lora) = request.lora_name {
             hasher = hasher.with_lora(lora);
