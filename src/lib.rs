@@ -125,6 +125,9 @@ pub use sequences::{
 #[cfg(loom)]
 #[doc(hidden)]
 pub use index::handback::Handback;
+#[cfg(loom)]
+#[doc(hidden)]
+pub use sync::backlog::Backlog;
 
 /// The README's examples run as doc tests.
 #[cfg(doctest)]

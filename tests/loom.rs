@@ -4,14 +4,15 @@
 //! place vs a reader, two lanes changing who holds one prefix while a query merges both, worker
 //! removal racing a reader, a join (a run and its only child made one again) vs a reader, the
 //! pool's flush barrier, producers waiting for room in a full queue (and woken early by a lane
-//! that asks for them), a lane handing values back for producers to drop, and two deliberately
+//! that asks for them), a lane handing values back for producers to drop, approximate mode's
+//! backlog (a push waking a sleeping drainer; a flush and the drainer taking at once), and two deliberately
 //! wrong protocols that loom must catch (a split that shrinks the head first, a join that
 //! unlinks its tail at once).
 #![cfg(loom)]
 
 use kvroute::index::loom_internals::{LoomLane, LoomTable};
 use kvroute::pool::{Lane, StickyPool};
-use kvroute::{Handback, Worker};
+use kvroute::{Backlog, Handback, Worker};
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::thread;
@@ -352,5 +353,70 @@ fn a_join_that_unlinks_the_tail_at_once_is_caught() {
         lane.release_unlinking_joined_tails_at_once(w(2), &nodes[..1]);
         let seen = query.join().unwrap();
         assert!(seen.first() == Some(&(w(1), 3)), "lost the tail: saw {seen:?}");
+    });
+}
+
+/// Approximate mode's backlog: a drainer that found nothing goes to sleep while a router pushes
+/// two decisions. If a push could miss the sleeping drainer, loom finds the deadlock.
+#[test]
+fn a_backlog_push_always_wakes_a_sleeping_drainer() {
+    loom::model(|| {
+        let backlog = Arc::new(Backlog::default());
+        let drainer = {
+            let backlog = backlog.clone();
+            thread::spawn(move || {
+                let (mut taken, mut seen) = (Vec::new(), backlog.pushed());
+                while taken.len() < 2 {
+                    assert!(backlog.sleep_unless_pushed(seen));
+                    seen = backlog.pushed();
+                    backlog.take(&mut taken);
+                }
+                taken
+            })
+        };
+        backlog.push(1);
+        backlog.push(2);
+        assert_eq!(drainer.join().unwrap(), [1, 2]);
+    });
+}
+
+/// The drainer thread and a flush on another thread take from the backlog while a router
+/// pushes, then the backlog closes: every decision is taken exactly once, each taker's in the
+/// order pushed, and the drainer stops.
+#[test]
+fn a_backlog_hands_each_item_to_exactly_one_taker_in_order() {
+    loom::model(|| {
+        let backlog = Arc::new(Backlog::default());
+        let drainer = {
+            let backlog = backlog.clone();
+            thread::spawn(move || {
+                let (mut taken, mut seen) = (Vec::new(), backlog.pushed());
+                while backlog.sleep_unless_pushed(seen) {
+                    seen = backlog.pushed();
+                    backlog.take(&mut taken);
+                }
+                taken
+            })
+        };
+        let router = {
+            let backlog = backlog.clone();
+            thread::spawn(move || {
+                backlog.push(1);
+                backlog.push(2);
+            })
+        };
+        let mut flushed = Vec::new();
+        backlog.take(&mut flushed);
+        router.join().unwrap();
+        backlog.close();
+        let drained = drainer.join().unwrap();
+        let mut rest = Vec::new();
+        backlog.take(&mut rest);
+        for taker in [&flushed, &drained, &rest] {
+            assert!(taker.is_sorted(), "out of order: {taker:?}");
+        }
+        let mut all = [flushed, drained, rest].concat();
+        all.sort_unstable();
+        assert_eq!(all, [1, 2]);
     });
 }

@@ -376,8 +376,12 @@ mod approximate {
     use std::time::Duration;
 
     fn approx_router(clock: &ManualClock, max_blocks: usize) -> KvRouter {
-        let approximate =
-            ApproxConfig { ttl: Duration::from_secs(10), max_blocks, prune_target: 0.5 };
+        let approximate = ApproxConfig {
+            ttl: Duration::from_secs(10),
+            max_blocks,
+            prune_target: 0.5,
+            ..ApproxConfig::default()
+        };
         let config = RouterConfig { use_kv_events: false, approximate, ..config() };
         let router = KvRouter::builder(config).clock(clock.clone()).build().unwrap();
         router.add_worker(A);
@@ -400,6 +404,41 @@ mod approximate {
         assert_eq!((second.worker, second.overlap_blocks), (first.worker, 3));
         let stats = router.stats().approx.unwrap();
         assert_eq!((stats.decisions, stats.presumed_blocks), (2, 7));
+    }
+
+    /// No flush: the recorder thread picks the decision up (bounded wait, not a timing claim).
+    #[test]
+    fn the_recorder_thread_indexes_decisions_without_a_flush() {
+        let clock = ManualClock::new();
+        let router = approx_router(&clock, 1000);
+        let tokens = prompt(5);
+        let worker = router.route(&RouteRequest::tokens(&tokens)).unwrap().worker;
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while router.overlap_blocks(&tokens, worker) < 5 {
+            assert!(std::time::Instant::now() < deadline, "the decision never reached the index");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// With no lag the routing thread hands the decision to the index lanes itself; with inline
+    /// lanes it is in the index when `route` returns.
+    #[test]
+    fn without_lag_or_with_inline_lanes_routing_records_its_own_decisions() {
+        use kvroute::index::PoolConfig;
+        use kvroute::pool::LaneMode;
+        let approximate = ApproxConfig { lag: Duration::ZERO, ..ApproxConfig::default() };
+        let no_lag = KvRouter::new(RouterConfig { use_kv_events: false, approximate, ..config() });
+        let device_index = PoolConfig { mode: LaneMode::Inline, ..PoolConfig::default() };
+        let inline = KvRouter::new(RouterConfig { use_kv_events: false, device_index, ..config() });
+        let tokens = prompt(5);
+        for (router, flush_lanes) in [(no_lag.unwrap(), true), (inline.unwrap(), false)] {
+            router.add_worker(A);
+            let worker = router.route(&RouteRequest::tokens(&tokens)).unwrap().worker;
+            if flush_lanes {
+                router.index().flush().unwrap();
+            }
+            assert_eq!(router.overlap_blocks(&tokens, worker), 5);
+        }
     }
 
     #[test]

@@ -119,8 +119,12 @@ fn an_oversized_event_is_refused_at_submit_with_a_typed_error() {
 #[test]
 fn approximate_expiry_forgets_more_blocks_than_one_event_carries() {
     let clock = ManualClock::new();
-    let approximate =
-        ApproxConfig { ttl: Duration::from_secs(10), max_blocks: 1 << 20, prune_target: 0.5 };
+    let approximate = ApproxConfig {
+        ttl: Duration::from_secs(10),
+        max_blocks: 1 << 20,
+        prune_target: 0.5,
+        ..ApproxConfig::default()
+    };
     let router = approx_router(&clock, approximate, PoolConfig::default());
     for id in 0..20 {
         router.route(&RouteRequest::tokens(&prompt(id, 1_000)).pinned(W)).unwrap();
@@ -141,8 +145,12 @@ fn approximate_expiry_forgets_more_blocks_than_one_event_carries() {
 #[test]
 fn approximate_mode_indexes_and_prunes_requests_over_the_event_bound() {
     let clock = ManualClock::new();
-    let approximate =
-        ApproxConfig { ttl: Duration::from_secs(100), max_blocks: 500, prune_target: 0.2 };
+    let approximate = ApproxConfig {
+        ttl: Duration::from_secs(100),
+        max_blocks: 500,
+        prune_target: 0.2,
+        ..ApproxConfig::default()
+    };
     let router = approx_router(&clock, approximate, limited(64));
     let long = prompt(1, 200);
     let first = router.route(&RouteRequest::tokens(&long)).unwrap();

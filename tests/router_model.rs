@@ -106,6 +106,7 @@ fn build(mode: Mode, clock: &ManualClock) -> KvRouter {
             ttl: TTL,
             max_blocks: MAX_PRESUMED,
             prune_target: PRUNE_TARGET,
+            ..ApproxConfig::default()
         },
         recovery: (mode == Mode::Recovered).then(Default::default),
         device_index: pool.clone(),

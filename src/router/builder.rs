@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use crate::hash::BlockHasher;
 use crate::index::TieredIndex;
+use crate::pool::LaneMode;
 use crate::recovery::RecoveryCore;
 use crate::router::approx::ApproxTracker;
 use crate::router::kv_router::{Counters, KvRouter};
@@ -83,12 +84,16 @@ impl KvRouterBuilder {
         };
         let sequences = tracker(self.publisher)?;
         let prefill_sequences = tracker(None)?;
-        let now = self.clock.now();
-        let approx =
-            (!config.use_kv_events).then(|| ApproxTracker::new(config.approximate.clone(), now));
         let rng = config.seed.map_or_else(RouterRng::from_entropy, RouterRng::new);
         let index = TieredIndex::new(config.device_index.clone(), config.lower_tier_index.clone())
             .map_err(RouterConfigError::Index)?;
+        let index = crate::sync::Arc::new(index);
+        let now = self.clock.now();
+        // Inline lanes ask for no threads: approximate mode then records on the routing thread.
+        let background = config.device_index.mode == LaneMode::Threads;
+        let approx = (!config.use_kv_events).then(|| {
+            ApproxTracker::new(config.approximate.clone(), now, index.clone(), background)
+        });
         Ok(KvRouter {
             index,
             sessions: SessionTable::new(config.sessions.idle_ttl),

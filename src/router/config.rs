@@ -169,11 +169,24 @@ pub struct ApproxConfig {
     /// Past `max_blocks`, the worker is pruned to this fraction of it, least recently routed
     /// first (tails before their prefixes). Default 0.8.
     pub prune_target: f64,
+    /// How long a decision may wait to be indexed: a recorder thread takes the routing
+    /// threads' decisions off their hands and, while they keep coming, picks them up this
+    /// often (so routing never wakes it). Default 1 ms, far below any engine's prefill time.
+    /// Zero hands each decision to the index on the routing thread before `route` returns, as
+    /// does a router whose index lanes run inline
+    /// ([`LaneMode::Inline`](crate::pool::LaneMode::Inline)) or that could not start the thread.
+    /// [`KvRouter::flush`](super::KvRouter::flush) indexes every decision made before it.
+    pub lag: Duration,
 }
 
 impl Default for ApproxConfig {
     fn default() -> Self {
-        Self { ttl: Duration::from_secs(120), max_blocks: 65_536, prune_target: 0.8 }
+        Self {
+            ttl: Duration::from_secs(120),
+            max_blocks: 65_536,
+            prune_target: 0.8,
+            lag: Duration::from_millis(1),
+        }
     }
 }
 

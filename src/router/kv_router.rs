@@ -40,7 +40,8 @@ thread_local! {
 pub struct KvRouter {
     pub(crate) config: RouterConfig,
     pub(crate) hasher: BlockHasher,
-    pub(crate) index: TieredIndex,
+    /// Shared with approximate mode's recorder thread.
+    pub(crate) index: crate::sync::Arc<TieredIndex>,
     /// Requests on workers that decode (or do both).
     pub(crate) sequences: MultiWorkerSequences,
     /// Requests prefilling on prefill-only workers.
@@ -153,7 +154,7 @@ impl KvRouter {
         match &self.recovery {
             // The index refuses it (and counts it) before the cursor sees it.
             Some(_) if self.oversized(&event) => self.index.apply_blocking(event),
-            Some(recovery) => Ok(recovery.ingest(&self.index, event)?),
+            Some(recovery) => Ok(recovery.ingest(&*self.index, event)?),
             None => self.index.apply_blocking(event),
         }
     }
@@ -171,7 +172,7 @@ impl KvRouter {
             Some(_) if self.oversized(&event) => Err(SubmitError::TooManyBlocks(event)),
             Some(recovery) => {
                 let kept = event.clone();
-                recovery.ingest(&self.index, event).map_err(|_| SubmitError::LaneDown(kept))
+                recovery.ingest(&*self.index, event).map_err(|_| SubmitError::LaneDown(kept))
             }
             None => self.index.apply(event),
         }
@@ -185,7 +186,7 @@ impl KvRouter {
         match &self.recovery {
             Some(recovery) => {
                 self.resync_restarted_lanes(recovery);
-                recovery.run_pending(&self.index, source)
+                recovery.run_pending(&*self.index, source)
             }
             None => Ok(0),
         }
@@ -319,7 +320,7 @@ impl KvRouter {
                     StorageTier::ALL
                         .into_iter()
                         .filter(|&tier| self.index.tier(tier).is_some())
-                        .try_for_each(|tier| EventSink::clear(&self.index, worker, tier))
+                        .try_for_each(|tier| EventSink::clear(&*self.index, worker, tier))
                 };
                 match &self.approx {
                     // Approximate mode tells the index only blocks it does not presume held.
@@ -332,6 +333,9 @@ impl KvRouter {
 
     /// Returns once every event handed in before is visible to routing.
     pub fn flush(&self) -> Result<(), LaneDown> {
+        if let Some(approx) = &self.approx {
+            approx.flush()?;
+        }
         self.index.flush()
     }
 
@@ -371,7 +375,7 @@ impl KvRouter {
         request.overrides.validate().map_err(RouteError::BadOverrides)?;
         let now = self.clock.now();
         if let Some(approx) = &self.approx {
-            approx.expire_due(&self.index, now)?;
+            approx.before_route(now)?;
         }
         self.index.find_matches_into(&scratch.hashes.local, &mut scratch.tiers);
         let shared_hits = self.shared_hits(scratch);
@@ -436,7 +440,7 @@ impl KvRouter {
         }
         if let Some(approx) = &self.approx {
             let hashes = &scratch.hashes;
-            approx.record(&self.index, chosen.worker, &hashes.local, &hashes.sequence, now)?;
+            approx.record(chosen.worker, &hashes.local, &hashes.sequence, now)?;
         }
         if let Some(session) = request.session_id {
             self.sessions.set(session, chosen.worker, now);
@@ -662,7 +666,7 @@ impl KvRouter {
     /// lazily). Returns the expired requests.
     pub fn expire_now(&self) -> Result<Vec<RequestId>, LaneDown> {
         if let Some(approx) = &self.approx {
-            approx.expire(&self.index, self.clock.now())?;
+            approx.expire(self.clock.now())?;
         }
         let mut expired = self.sequences.expire_stale();
         expired.extend(self.prefill_sequences.expire_stale());

@@ -10,8 +10,10 @@
 //!
 //! This file is the shim itself (atomics, locks, `Arc`, `OnceLock`, thread spawning, and the
 //! [`Gate`] producers wait at); `channel.rs` the lanes' bounded channels; `epoch.rs` the
-//! epoch-based publication that lets queries read a lane's runs without locks.
+//! epoch-based publication that lets queries read a lane's runs without locks; `backlog.rs`
+//! work queued for a background drainer that producers wake only when it sleeps.
 
+pub(crate) mod backlog;
 pub(crate) mod channel;
 pub mod epoch;
 
@@ -37,6 +39,11 @@ mod imp {
         F: FnOnce() + Send + 'static,
     {
         std::thread::Builder::new().name(name).spawn(body)
+    }
+
+    /// Pauses the calling thread for about `duration`.
+    pub fn sleep(duration: std::time::Duration) {
+        std::thread::sleep(duration)
     }
 
     /// An immutable shared string (request ids): one allocation, clones bump a count.
@@ -119,6 +126,11 @@ mod imp {
     /// An immutable shared slice (loom's `Arc` around std's).
     pub fn shared_slice<T: Copy>(value: &[T]) -> Arc<[T]> {
         Arc::from_std(std::sync::Arc::from(value))
+    }
+
+    /// A pause is a yield to loom: time is not modelled.
+    pub fn sleep(_duration: std::time::Duration) {
+        loom::thread::yield_now()
     }
 
     /// Spawns a loom thread (names are not modelled; loom never fails to start one).
