@@ -438,9 +438,11 @@ impl KvRouter {
         if request.update_states {
             self.record(request, scratch, isl, &chosen, decode_worker)?;
         }
+        let request_blocks = scratch.hashes.local.len();
         if let Some(approx) = &self.approx {
-            let hashes = &scratch.hashes;
-            approx.record(chosen.worker, &hashes.local, &hashes.sequence, now)?;
+            // The hashes go as they are (the next route hashes into new buffers).
+            let hashes = std::mem::take(&mut scratch.hashes);
+            approx.record(chosen.worker, hashes.local, hashes.sequence, now)?;
         }
         if let Some(session) = request.session_id {
             self.sessions.set(session, chosen.worker, now);
@@ -449,7 +451,7 @@ impl KvRouter {
         Ok(RouteDecision {
             worker: chosen.worker,
             overlap_blocks: chosen.overlap_blocks,
-            request_blocks: scratch.hashes.local.len(),
+            request_blocks,
             decode_worker,
             session_hit,
             breakdown,

@@ -1,7 +1,7 @@
 //! Side by side: one routing decision by `kvroute::KvRouter::route` against Dynamo 1.6.1's own
 //! path for the same decision, on identical state.
 //!
-//! `cargo run --release -p kvroute-compare --bin router [-- --runs N --queries Q]`
+//! `cargo run --release -p kvroute-compare --bin router [-- --runs N --queries Q --approximate]`
 //!
 //! State, per fleet size (16, 64 and 256 workers): the bundled conversation trace replayed
 //! through `kvroute::sim`'s mock fleet of that many workers (64-token blocks, one engine hash
@@ -23,6 +23,14 @@
 //! (`BlockHasher::hash_request_into`, `TieredIndex::find_matches`,
 //! `MultiWorkerSequences::potential_loads`), select being the rest of the call.
 //!
+//! **`--approximate`**: both routers index their own decisions instead of KV events. The state
+//! is then the trace's requests (their first 128 blocks) routed by kvroute in approximate mode,
+//! each decision also recorded in Dynamo's approximate indexer
+//! (`ThreadPoolIndexer::new_with_pruning`, default TTL) for the same worker, so both start from
+//! the same presumed blocks; and every timed decision of each subject records itself: kvroute's
+//! `route` as it is, Dynamo's path above followed by its
+//! `process_routing_decision_hash_slices`, awaited as its router awaits it.
+//!
 //! Totals are timed without stage timers; stages in a separate pass. Both subjects are timed
 //! in alternating rounds in one process (each round: every prompt in a row by one subject,
 //! then by the other), so machine noise weighs on both alike.
@@ -31,6 +39,7 @@ use std::collections::{HashMap, HashSet};
 use std::hint::black_box;
 use std::time::Instant;
 
+use dynamo_kv_router::approx::PruneConfig;
 use dynamo_kv_router::indexer::{MatchDetails, SyncIndexer, ThreadPoolIndexer, TieredMatchDetails};
 use dynamo_kv_router::protocols::{
     self as dy, BlockHashOptions, RoutingConstraints, WorkerConfigLike, WorkerId, WorkerWithDpRank,
@@ -60,10 +69,11 @@ const LANES: usize = 2;
 struct Args {
     runs: usize,
     queries: usize,
+    approximate: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = Args { runs: 3, queries: 2_000 };
+    let mut args = Args { runs: 3, queries: 2_000, approximate: false };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = |name: &str| -> Result<usize, String> {
@@ -75,9 +85,10 @@ fn parse_args() -> Result<Args, String> {
         match flag.as_str() {
             "--runs" => args.runs = value("--runs")?,
             "--queries" => args.queries = value("--queries")?,
+            "--approximate" => args.approximate = true,
             other => {
                 return Err(format!(
-                    "unknown flag {other}; usage: router [--runs N] [--queries Q]"
+                    "unknown flag {other}; usage: router [--runs N] [--queries Q] [--approximate]"
                 ));
             }
         }
@@ -124,21 +135,29 @@ struct Dynamo {
     selector: DefaultWorkerSelector,
     config: KvRouterConfig,
     workers: HashMap<WorkerId, Config>,
+    /// Approximate mode: the runtime its decisions are recorded on.
+    approximate: Option<tokio::runtime::Runtime>,
 }
 
 /// Nanoseconds of Dynamo's four stages.
 type Stages = [u64; 4];
 
 impl Dynamo {
-    fn new(workers: usize) -> Self {
+    fn new(workers: usize, approximate: bool) -> Self {
         let ranges: HashMap<u64, (u32, u32)> = (0..workers as u64).map(|w| (w, (0, 1))).collect();
         let config = KvRouterConfig::default();
         Self {
-            indexer: ThreadPoolIndexer::new(
-                ConcurrentRadixTreeCompressed::new(),
-                LANES,
-                BLOCK_SIZE,
-            ),
+            indexer: match approximate {
+                false => {
+                    ThreadPoolIndexer::new(ConcurrentRadixTreeCompressed::new(), LANES, BLOCK_SIZE)
+                }
+                true => ThreadPoolIndexer::new_with_pruning(
+                    ConcurrentRadixTreeCompressed::new(),
+                    LANES,
+                    BLOCK_SIZE,
+                    PruneConfig::default(),
+                ),
+            },
             sequences: ActiveSequencesMultiWorker::new(
                 NoopSequencePublisher,
                 BLOCK_SIZE as usize,
@@ -150,6 +169,17 @@ impl Dynamo {
             selector: DefaultWorkerSelector::new(Some(config.clone()), "decode"),
             config,
             workers: (0..workers as u64).map(|w| (w, Config::default())).collect(),
+            approximate: approximate
+                .then(|| tokio::runtime::Builder::new_current_thread().build().expect("runtime")),
+        }
+    }
+
+    /// Approximate mode: records that a prompt went to `worker`, and waits until it is indexed.
+    fn record(&self, worker: WorkerWithDpRank, local: &[dy::LocalBlockHash], sequence: &[u64]) {
+        if let Some(runtime) = &self.approximate {
+            let recorded =
+                self.indexer.process_routing_decision_hash_slices(worker, local, sequence);
+            runtime.block_on(recorded).expect("dynamo records the decision");
         }
     }
 
@@ -231,6 +261,9 @@ impl Dynamo {
             BLOCK_SIZE,
         );
         let selected = self.selector.select_worker(input).expect("dynamo selects a worker");
+        if let Some(sequence) = &request.token_seq {
+            self.record(selected.worker, &local, sequence);
+        }
         lap(&mut stages, 3);
         (selected.worker, selected.effective_overlap_blocks)
     }
@@ -242,8 +275,9 @@ struct Ours {
 }
 
 impl Ours {
-    fn new(workers: usize) -> Self {
-        let router = KvRouter::new(RouterConfig::new(BLOCK_SIZE)).expect("default config");
+    fn new(workers: usize, approximate: bool) -> Self {
+        let config = RouterConfig { use_kv_events: !approximate, ..RouterConfig::new(BLOCK_SIZE) };
+        let router = KvRouter::new(config).expect("default config");
         for w in 0..workers as u64 {
             router.add_worker(Worker::new(w, 0));
         }
@@ -277,15 +311,32 @@ impl Ours {
 }
 
 /// One fleet size's state in both subjects, and the queries.
-fn build(trace: &[TraceRequest], workers: usize, queries: usize) -> (Dynamo, Ours, Vec<Vec<u32>>) {
-    let config = FleetConfig { workers, ..FleetConfig::default() };
-    let replay = replay_fleet(trace, &config);
-    let events = shared_engine_hashes(&replay.events);
-    let dynamo = Dynamo::new(workers);
-    let ours = Ours::new(workers);
-    for event in &events {
-        dynamo.indexer.enqueue_event(convert::to_dynamo(event)).expect("dynamo enqueue");
-        ours.router.apply_event(event.clone()).expect("kvroute lanes are up");
+fn build(
+    trace: &[TraceRequest],
+    workers: usize,
+    queries: usize,
+    approximate: bool,
+) -> (Dynamo, Ours, Vec<Vec<u32>>) {
+    let dynamo = Dynamo::new(workers, approximate);
+    let ours = Ours::new(workers, approximate);
+    if approximate {
+        // The same decisions in both: kvroute's, recorded by Dynamo for the same worker.
+        for request in trace {
+            let tokens: Vec<u32> = request.token_iter(0).take(PROMPT_TOKENS).collect();
+            let (worker, _) = ours.route(&tokens);
+            let hashes = ours.hasher.hash_request(&tokens);
+            let local: Vec<dy::LocalBlockHash> =
+                hashes.local.iter().map(|h| dy::LocalBlockHash(h.0)).collect();
+            let sequence: Vec<u64> = hashes.sequence.iter().map(|h| h.0).collect();
+            dynamo.record(WorkerWithDpRank::new(worker.id.0, 0), &local, &sequence);
+        }
+    } else {
+        let config = FleetConfig { workers, ..FleetConfig::default() };
+        let replay = replay_fleet(trace, &config);
+        for event in &shared_engine_hashes(&replay.events) {
+            dynamo.indexer.enqueue_event(convert::to_dynamo(event)).expect("dynamo enqueue");
+            ours.router.apply_event(event.clone()).expect("kvroute lanes are up");
+        }
     }
     let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
     runtime.block_on(dynamo.indexer.flush_and_wait()).expect("dynamo flush");
@@ -399,8 +450,9 @@ fn main() {
     };
     let path = bundled_trace_path();
     let trace = load_trace(&path).unwrap_or_else(|e| panic!("loading {}: {e}", path.display()));
+    let mode = if args.approximate { "approximate mode (no KV events)" } else { "KV events" };
     println!(
-        "route: {} trace requests; prompts of {PROMPT_BLOCKS} x {BLOCK_SIZE}-token blocks; \
+        "route, {mode}: {} trace requests; prompts of {PROMPT_BLOCKS} x {BLOCK_SIZE}-token blocks; \
          {ACTIVE_PER_WORKER} active requests per worker; {} timed decisions per subject per run; \
          {} runs",
         trace.len(),
@@ -409,7 +461,7 @@ fn main() {
     );
     let mut rows = Vec::new();
     for workers in FLEETS {
-        let (dynamo, ours, prompts) = build(&trace, workers, args.queries);
+        let (dynamo, ours, prompts) = build(&trace, workers, args.queries, args.approximate);
         let mut per_run = Vec::new();
         for run in 0..args.runs {
             let mut t = measure(&dynamo, &ours, &prompts);

@@ -64,12 +64,13 @@ pub struct ApproxStats {
     pub presumed_blocks: u64,
 }
 
-/// A decision waiting to be indexed: the chosen worker, when, and the prompt's blocks.
+/// A decision waiting to be indexed: the chosen worker, when, and the prompt's block hashes.
 #[derive(Debug)]
 struct Decision {
     worker: Worker,
     tick: u64,
-    blocks: Vec<StoredBlock>,
+    local: Vec<LocalBlockHash>,
+    sequence: Vec<SequenceHash>,
 }
 
 /// Every worker's presumed cache and the recorder that keeps them (module docs).
@@ -145,18 +146,18 @@ impl ApproxTracker {
         Ok(())
     }
 
-    /// Queues the decision to send the request (`local`/`sequence` hashes) to `worker` at
-    /// `now`; returns a hand-off to a lane that failed since the last one was reported.
+    /// Queues the decision to send the request (its `local`/`sequence` hashes, taken as they
+    /// are: the routing thread wrote them while hashing, and copying them to fresh memory would
+    /// cost more than the push) to `worker` at `now`; returns a hand-off to a lane that failed
+    /// since the last one was reported.
     pub(crate) fn record(
         &self,
         worker: Worker,
-        local: &[LocalBlockHash],
-        sequence: &[SequenceHash],
+        local: Vec<LocalBlockHash>,
+        sequence: Vec<SequenceHash>,
         now: Instant,
     ) -> Result<(), LaneDown> {
-        let blocks = local.iter().zip(sequence);
-        let blocks = blocks.map(|(&local, &hash)| StoredBlock { local, hash }).collect();
-        let decision = Decision { worker, tick: self.shared.tick(now), blocks };
+        let decision = Decision { worker, tick: self.shared.tick(now), local, sequence };
         let waiting = self.shared.backlog.push(decision);
         if self.recorder.is_none() || waiting > MAX_BACKLOG {
             self.shared.drain();
@@ -272,20 +273,21 @@ impl Shared {
     /// One decision: the expiry sweep due at its tick, then its blocks, then pruning.
     fn apply(&self, state: &mut State, decision: Decision) -> Result<(), LaneDown> {
         self.decisions.fetch_add(1, Ordering::Relaxed);
-        let Decision { worker, tick, mut blocks } = decision;
+        let Decision { worker, tick, local, sequence } = decision;
         self.sweep_if_due(state, tick)?;
-        if blocks.is_empty() {
+        if sequence.is_empty() {
             return Ok(());
         }
         let cache = state.caches.entry(worker).or_insert_with(PresumedCache::empty);
-        let new_from = cache.route(&blocks, tick);
+        let new_from = cache.route(&sequence, tick);
         let len = cache.len();
-        if new_from < blocks.len() {
+        if new_from < sequence.len() {
             // The index lacks just the new blocks, below the last one it holds. Our sequence
             // hashes name them, so a run longer than one event may be goes in as a chain of
             // pieces, each continuing the previous one's last block.
-            let parent = new_from.checked_sub(1).map(|above| blocks[above].hash);
-            blocks.drain(..new_from);
+            let parent = new_from.checked_sub(1).map(|above| sequence[above]);
+            let blocks = local[new_from..].iter().zip(&sequence[new_from..]);
+            let blocks = blocks.map(|(&local, &hash)| StoredBlock { local, hash }).collect();
             let id = state.event_id();
             self.index.apply_split(RouterEvent::stored(worker, id, parent, blocks))?;
         }

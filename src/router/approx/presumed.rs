@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::event::{SequenceHash, StoredBlock};
+use crate::event::SequenceHash;
 
 /// One worker's presumed cache: its blocks as a forest (each knows its parent and how many
 /// children it has), and its leaves ordered by when a request last went through them.
@@ -52,22 +52,22 @@ impl PresumedCache {
         self.slots.len()
     }
 
-    /// Records a route through `blocks` at `tick`; the blocks not presumed cached before,
-    /// from this index of `blocks` on (the rest were, and they are a prefix).
-    pub(super) fn route(&mut self, blocks: &[StoredBlock], tick: u64) -> usize {
-        if blocks.is_empty() {
+    /// Records a route through `sequence` at `tick`; the blocks not presumed cached before,
+    /// from this index of `sequence` on (the rest were, and they are a prefix).
+    pub(super) fn route(&mut self, sequence: &[SequenceHash], tick: u64) -> usize {
+        if sequence.is_empty() {
             return 0;
         }
         self.routes += 1;
         let stamp = (tick, self.routes);
         // The presumed blocks are closed under prefixes and a sequence hash names its whole
         // prefix, so the held blocks of a prompt are a prefix of it: a binary search finds its end.
-        let new_from = blocks.partition_point(|block| self.slots.contains_key(&block.hash));
+        let new_from = sequence.partition_point(|hash| self.slots.contains_key(hash));
         let mut parent = match new_from {
             0 => NONE,
-            at => self.slots[&blocks[at - 1].hash],
+            at => self.slots[&sequence[at - 1]],
         };
-        if new_from == blocks.len() {
+        if new_from == sequence.len() {
             // Nothing new: the deepest block gets the stamp (a route that read the clock
             // before another but was recorded after it leaves the later stamp).
             let node = &mut self.nodes[parent as usize];
@@ -79,8 +79,8 @@ impl PresumedCache {
             }
             return new_from;
         }
-        for block in &blocks[new_from..] {
-            let node = Node { hash: block.hash, parent, children: 0, stamp };
+        for &hash in &sequence[new_from..] {
+            let node = Node { hash, parent, children: 0, stamp };
             let slot = match self.free.pop() {
                 Some(slot) => {
                     self.nodes[slot as usize] = node;
@@ -91,7 +91,7 @@ impl PresumedCache {
                     (self.nodes.len() - 1) as u32
                 }
             };
-            self.slots.insert(block.hash, slot);
+            self.slots.insert(hash, slot);
             if parent != NONE {
                 let above = &mut self.nodes[parent as usize];
                 above.children += 1;
@@ -205,10 +205,8 @@ mod tests {
                             d => SequenceHash(1000 * (family + 1) + 100 * branch + d),
                         })
                         .collect();
-                    let blocks: Vec<StoredBlock> =
-                        sequence.iter().map(|&hash| StoredBlock::new(0, hash.0)).collect();
                     let held = cache.len();
-                    let new_from = cache.route(&blocks, tick);
+                    let new_from = cache.route(&sequence, tick);
                     assert!(sequence[..new_from].iter().all(|h| model.0.iter().any(|e| e.1 == *h)));
                     model.route(&sequence, tick);
                     assert_eq!(cache.len(), held + sequence.len() - new_from);
