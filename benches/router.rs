@@ -5,9 +5,11 @@
 //! prompts (8,192 tokens).
 //!
 //! Groups: `route` (the whole decision from tokens), `route_hashes` (the same from precomputed
-//! local hashes: match, load and select only), `hash` (the request's local and sequence
-//! hashes alone). The side-by-side figures against Dynamo come from
-//! `cargo run --release -p kvroute-compare --bin router`.
+//! local hashes: match, load and select only), `route_approximate` (the whole decision in
+//! approximate mode: no events, the index holding the router's own decisions of every trace
+//! request, each timed decision queued for indexing too), `hash` (the request's local and
+//! sequence hashes alone). The side-by-side figures against Dynamo (its approximate indexer
+//! too) come from `cargo run --release -p kvroute-compare --bin router [-- --approximate]`.
 //!
 //! `cargo bench --features sim --bench router`
 
@@ -64,6 +66,21 @@ fn state(trace: &[TraceRequest], workers: usize) -> (KvRouter, Vec<Vec<u32>>) {
     (router, prompts)
 }
 
+/// A router in approximate mode that has routed every trace request (its first 128 blocks).
+fn approximate_state(trace: &[TraceRequest], workers: usize) -> KvRouter {
+    let config = RouterConfig { use_kv_events: false, ..RouterConfig::new(BLOCK_SIZE) };
+    let router = KvRouter::new(config).expect("approximate config");
+    for w in 0..workers as u64 {
+        router.add_worker(Worker::new(w, 0));
+    }
+    for request in trace {
+        let tokens: Vec<u32> = request.token_iter(0).take(PROMPT_TOKENS).collect();
+        router.route(&RouteRequest::tokens(&tokens)).expect("routes");
+    }
+    router.flush().expect("lanes are up");
+    router
+}
+
 fn bench_route(c: &mut Criterion) {
     let trace = load_trace(bundled_trace_path()).expect("the bundled trace loads");
     let hasher = BlockHasher::new(BLOCK_SIZE).expect("block size");
@@ -90,6 +107,18 @@ fn bench_route(c: &mut Criterion) {
                 next = (next + 1) % hashed.len();
                 let request = RouteRequest::hashes(&hashed[next].local, PROMPT_TOKENS);
                 black_box(router.route(&request).expect("routes"))
+            })
+        });
+        group.finish();
+
+        let approximate = approximate_state(&trace, workers);
+        let mut group = c.benchmark_group("route_approximate");
+        group.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
+        group.bench_function(BenchmarkId::from_parameter(workers), |b| {
+            b.iter(|| {
+                next = (next + 1) % prompts.len();
+                let request = RouteRequest::tokens(&prompts[next]);
+                black_box(approximate.route(&request).expect("routes"))
             })
         });
         group.finish();
