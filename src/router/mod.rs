@@ -25,7 +25,7 @@
 //!
 //! `config.rs` settings and their validation; `request.rs` the question and the answer;
 //! `cost.rs` the model and the per-thread scratch buffers; `selector.rs` the policies;
-//! `kv_router.rs` the facade, `builder.rs` its construction; `approx.rs`, `sessions.rs`,
+//! `kv_router.rs` the facade, `builder.rs` its construction; `approx/`, `sessions.rs`,
 //! `shared_cache.rs`, `workers.rs` one feature each; `rng.rs` the generator; `stats.rs` the
 //! counters.
 //!
@@ -33,8 +33,9 @@
 //!
 //! A refused call (a typed [`RouteError`]) changes nothing. `route` never picks a worker that
 //! is unregistered, not allowed, or of the wrong role. A warm `route` that asks for no
-//! breakdown allocates nothing beyond its answer (buffers are reused per thread; approximate
-//! mode's synthetic event and `update_states`' tracker entries are state, not answer). Queries
+//! breakdown allocates nothing beyond its answer (buffers are reused per thread; in approximate
+//! mode the queued decision takes the hash buffers and the next route hashes into new ones, and
+//! `update_states`' tracker entries are state, not answer). Queries
 //! never wait for the index lanes; they see events as of each lane's last applied one.
 //!
 //! ```
