@@ -420,6 +420,16 @@ mod approximate {
         }
     }
 
+    #[test]
+    fn a_lag_not_below_the_ttl_is_refused() {
+        use kvroute::router::RouterConfigError;
+        let second = Duration::from_secs(1);
+        let approximate = ApproxConfig { ttl: second, lag: second, ..ApproxConfig::default() };
+        let refused = KvRouter::new(RouterConfig { use_kv_events: false, approximate, ..config() });
+        let expected = RouterConfigError::LagNotBelowTtl { lag: second, ttl: second };
+        assert_eq!(refused.err(), Some(expected));
+    }
+
     /// With no lag the routing thread hands the decision to the index lanes itself; with inline
     /// lanes it is in the index when `route` returns.
     #[test]

@@ -111,7 +111,8 @@ class KvRouter:
     overlap_score_weight=1.0, queued_prefill_weight=None, temperature=0.0, use_kv_events=True,
     host_hit_weight=0.75, disk_hit_weight=0.25, external_hit_weight=0.1,
     track_active_blocks=True, expiry=300.0 s (0 turns it off), approx_ttl=120.0 s,
-    approx_max_blocks=65536, session_idle_ttl=600.0 s, session_load_bound=2.0, index_lanes=2,
+    approx_max_blocks=65536, approx_lag=0.001 s (how long a decision may wait for approximate
+    mode's recorder thread; 0 indexes it on the calling thread), session_idle_ttl=600.0 s, session_load_bound=2.0, index_lanes=2,
     recovery=False, seed=None (random).
     """
 
@@ -130,6 +131,7 @@ class KvRouter:
         expiry: Optional[float] = None,
         approx_ttl: Optional[float] = None,
         approx_max_blocks: Optional[int] = None,
+        approx_lag: Optional[float] = None,
         session_idle_ttl: Optional[float] = None,
         session_load_bound: Optional[float] = None,
         index_lanes: Optional[int] = None,

@@ -122,6 +122,7 @@ impl PyKvRouter {
         block_size, *, overlap_score_weight=None, queued_prefill_weight=None, temperature=None,
         use_kv_events=None, host_hit_weight=None, disk_hit_weight=None, external_hit_weight=None,
         track_active_blocks=None, expiry=None, approx_ttl=None, approx_max_blocks=None,
+        approx_lag=None,
         session_idle_ttl=None, session_load_bound=None, index_lanes=None, recovery=false,
         seed=None, replica=None
     ))]
@@ -140,6 +141,7 @@ impl PyKvRouter {
         expiry: Option<f64>,
         approx_ttl: Option<f64>,
         approx_max_blocks: Option<usize>,
+        approx_lag: Option<f64>,
         session_idle_ttl: Option<f64>,
         session_load_bound: Option<f64>,
         index_lanes: Option<usize>,
@@ -179,6 +181,9 @@ impl PyKvRouter {
         }
         if let Some(v) = approx_max_blocks {
             config.approximate.max_blocks = v;
+        }
+        if let Some(v) = approx_lag {
+            config.approximate.lag = secs("approx_lag", v)?;
         }
         if let Some(v) = session_idle_ttl {
             config.sessions.idle_ttl = secs("session_idle_ttl", v)?;

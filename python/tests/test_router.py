@@ -114,6 +114,14 @@ def test_errors(router: KvRouter) -> None:
         KvRouter(BS, temperature=-1.0)
     with pytest.raises(kvroute.ConfigError):
         KvRouter(BS, expiry=-1.0)
+    with pytest.raises(kvroute.ConfigError, match="approximate.lag"):
+        KvRouter(BS, use_kv_events=False, approx_ttl=1.0, approx_lag=1.0)
+    # No lag: decisions are indexed on the calling thread.
+    no_lag = KvRouter(BS, use_kv_events=False, approx_lag=0.0)
+    no_lag.add_worker(1, 0)
+    no_lag.route(list(range(3 * BS)))
+    no_lag.flush()
+    assert no_lag.route(list(range(3 * BS))).overlap_blocks == 3
     with pytest.raises(kvroute.RouteError) as e:
         router.route([])
     assert e.value.kind == "empty_request"

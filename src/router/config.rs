@@ -132,6 +132,9 @@ impl RouterConfig {
         if !(approx.prune_target > 0.0 && approx.prune_target <= 1.0) {
             return Err(E::BadPruneTarget(approx.prune_target));
         }
+        if approx.lag >= approx.ttl {
+            return Err(E::LagNotBelowTtl { lag: approx.lag, ttl: approx.ttl });
+        }
         if self.sessions.idle_ttl.is_zero() {
             return Err(E::ZeroTtl);
         }
@@ -248,6 +251,14 @@ pub enum RouterConfigError {
     ZeroMaxBlocks,
     /// `approximate.prune_target` is not in (0, 1].
     BadPruneTarget(f64),
+    /// `approximate.lag` is not shorter than `approximate.ttl`: decisions could expire before
+    /// they are indexed.
+    LagNotBelowTtl {
+        /// The lag.
+        lag: Duration,
+        /// The TTL.
+        ttl: Duration,
+    },
     /// `sessions.load_bound` is below 1 or not finite.
     BadLoadBound(f64),
     /// An index pool's sizes are out of range, or its lanes could not start.
@@ -274,6 +285,12 @@ impl fmt::Display for RouterConfigError {
             Self::ZeroMaxBlocks => f.write_str("approximate.max_blocks must be at least 1"),
             Self::BadPruneTarget(p) => {
                 write!(f, "approximate.prune_target must be in (0, 1], not {p}")
+            }
+            Self::LagNotBelowTtl { lag, ttl } => {
+                write!(
+                    f,
+                    "approximate.lag ({lag:?}) must be shorter than approximate.ttl ({ttl:?})"
+                )
             }
             Self::BadLoadBound(b) => write!(f, "sessions.load_bound must be at least 1, not {b}"),
             Self::Index(e) => write!(f, "index: {e}"),
