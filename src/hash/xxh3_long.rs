@@ -49,8 +49,11 @@ pub(crate) fn hash_blocks(
     debug_assert!(block_len > 240);
     #[cfg(target_arch = "x86_64")]
     if block_len <= LONGEST && std::is_x86_feature_detected!("avx2") {
-        let mut groups = bytes.chunks_exact(INTERLEAVED * block_len);
-        for group in &mut groups {
+        let group_len = INTERLEAVED * block_len;
+        prefetch(bytes, 0, PREFETCH_AHEAD);
+        let mut groups = bytes.chunks_exact(group_len);
+        for (i, group) in (&mut groups).enumerate() {
+            prefetch(bytes, PREFETCH_AHEAD + i * group_len, group_len);
             let blocks: [&[u8]; INTERLEAVED] =
                 std::array::from_fn(|i| &group[i * block_len..(i + 1) * block_len]);
             // SAFETY: the CPU supports AVX2 (just detected).
@@ -63,6 +66,26 @@ pub(crate) fn hash_blocks(
         return;
     }
     bytes.chunks_exact(block_len).for_each(|block| emit(xxh3_64_with_secret(block, secret)));
+}
+
+/// Bytes the AVX2 path asks the cache for ahead of the block it hashes: the hardware's stream
+/// prefetcher stops at every 4 KiB page, and a prompt read from memory (not fresh from a
+/// tokenizer) would otherwise stall at each.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+const PREFETCH_AHEAD: usize = 4096;
+
+/// Asks for `bytes[from..from + len]` (what of it exists) to be brought into the cache.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn prefetch(bytes: &[u8], from: usize, len: usize) {
+    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+    let end = from.saturating_add(len).min(bytes.len());
+    for at in (from..end).step_by(64) {
+        // SAFETY: `at < bytes.len()`, so the pointer is inside `bytes`; a prefetch is only a
+        // hint (it reads nothing into the program and never faults), and SSE, which it needs,
+        // is part of x86_64. (Exercised under miri, with AVX2 on, by the tests of `hash_blocks`.)
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(bytes.as_ptr().add(at).cast()) };
+    }
 }
 
 /// Blocks hashed side by side on the AVX2 path.
@@ -234,7 +257,8 @@ mod tests {
     fn blocks_hash_as_one_at_a_time_whatever_their_count() {
         let secret = const_custom_default_secret(99);
         for block_len in [244, 256, 512, 1_024, 1_028] {
-            for blocks in 0..=5 {
+            // 40 blocks reach past the prefetch distance.
+            for blocks in (0..=5).chain([40]) {
                 // A trailing partial block is ignored.
                 let input = bytes(block_len * blocks + block_len / 2, block_len as u64);
                 let mut ours = Vec::new();

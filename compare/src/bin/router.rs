@@ -1,7 +1,7 @@
 //! Side by side: one routing decision by `kvroute::KvRouter::route` against Dynamo 1.6.1's own
 //! path for the same decision, on identical state.
 //!
-//! `cargo run --release -p kvroute-compare --bin router [-- --runs N --queries Q --approximate]`
+//! `cargo run --release -p kvroute-compare --bin router [-- --runs N --queries Q --approximate --cold]`
 //!
 //! State, per fleet size (16, 64 and 256 workers): the bundled conversation trace replayed
 //! through `kvroute::sim`'s mock fleet of that many workers (64-token blocks, one engine hash
@@ -22,6 +22,10 @@
 //! whole call; its stages timed on their own through the public pieces it is made of
 //! (`BlockHasher::hash_request_into`, `TieredIndex::find_matches`,
 //! `MultiWorkerSequences::potential_loads`), select being the rest of the call.
+//!
+//! **`--cold`**: each decision reads its prompt where it is stored instead of from a fresh
+//! copy: 2,000 prompts of 32 KiB (64 MiB) taken in turn are out of every cache, as a router's
+//! prompts are when they come from a queue or another thread's buffers.
 //!
 //! **`--approximate`**: both routers index their own decisions instead of KV events. The state
 //! is then the trace's requests (their first 128 blocks) routed by kvroute in approximate mode,
@@ -70,10 +74,11 @@ struct Args {
     runs: usize,
     queries: usize,
     approximate: bool,
+    cold: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = Args { runs: 3, queries: 2_000, approximate: false };
+    let mut args = Args { runs: 3, queries: 2_000, approximate: false, cold: false };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = |name: &str| -> Result<usize, String> {
@@ -86,9 +91,10 @@ fn parse_args() -> Result<Args, String> {
             "--runs" => args.runs = value("--runs")?,
             "--queries" => args.queries = value("--queries")?,
             "--approximate" => args.approximate = true,
+            "--cold" => args.cold = true,
             other => {
                 return Err(format!(
-                    "unknown flag {other}; usage: router [--runs N] [--queries Q] [--approximate]"
+                    "unknown flag {other}; usage: router [--runs N] [--queries Q] [--approximate] [--cold]"
                 ));
             }
         }
@@ -383,7 +389,7 @@ fn time<T>(f: impl FnOnce() -> T) -> u64 {
     start.elapsed().as_nanos() as u64
 }
 
-fn measure(dynamo: &Dynamo, ours: &Ours, prompts: &[Vec<u32>]) -> Timings {
+fn measure(dynamo: &Dynamo, ours: &Ours, prompts: &[Vec<u32>], cold: bool) -> Timings {
     const ROUNDS: usize = 6;
     let mut t = Timings::default();
     // Warm-up and agreement: the same decision on the same state.
@@ -399,18 +405,29 @@ fn measure(dynamo: &Dynamo, ours: &Ours, prompts: &[Vec<u32>]) -> Timings {
     for round in 0..ROUNDS {
         // Each prompt is copied into one buffer before its (timed) decision: a router gets
         // the tokens fresh from its tokenizer, in cache, not from 32 MB of stored prompts.
+        // With `cold`, each decision reads the prompt where it is stored.
         let mut fresh = Vec::with_capacity(PROMPT_TOKENS);
         let mut dynamo_round = |samples: &mut Vec<u64>| {
             for tokens in prompts {
-                fresh.clone_from(tokens);
-                samples.push(time(|| dynamo.route(&fresh, None)));
+                let tokens = if cold {
+                    tokens
+                } else {
+                    fresh.clone_from(tokens);
+                    &fresh
+                };
+                samples.push(time(|| dynamo.route(tokens, None)));
             }
         };
         let mut fresh = Vec::with_capacity(PROMPT_TOKENS);
         let mut our_round = |samples: &mut Vec<u64>| {
             for tokens in prompts {
-                fresh.clone_from(tokens);
-                samples.push(time(|| ours.route(&fresh)));
+                let tokens = if cold {
+                    tokens
+                } else {
+                    fresh.clone_from(tokens);
+                    &fresh
+                };
+                samples.push(time(|| ours.route(tokens)));
             }
         };
         if round % 2 == 0 {
@@ -451,6 +468,7 @@ fn main() {
     let path = bundled_trace_path();
     let trace = load_trace(&path).unwrap_or_else(|e| panic!("loading {}: {e}", path.display()));
     let mode = if args.approximate { "approximate mode (no KV events)" } else { "KV events" };
+    let mode = if args.cold { format!("{mode}, cold prompts") } else { mode.to_string() };
     println!(
         "route, {mode}: {} trace requests; prompts of {PROMPT_BLOCKS} x {BLOCK_SIZE}-token blocks; \
          {ACTIVE_PER_WORKER} active requests per worker; {} timed decisions per subject per run; \
@@ -464,7 +482,7 @@ fn main() {
         let (dynamo, ours, prompts) = build(&trace, workers, args.queries, args.approximate);
         let mut per_run = Vec::new();
         for run in 0..args.runs {
-            let mut t = measure(&dynamo, &ours, &prompts);
+            let mut t = measure(&dynamo, &ours, &prompts, args.cold);
             let n = prompts.len() as f64 * 1e3;
             let stage = |s: &Stages| s.map(|ns| ns as f64 / n);
             let figures = [
