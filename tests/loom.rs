@@ -356,24 +356,30 @@ fn a_join_that_unlinks_the_tail_at_once_is_caught() {
     });
 }
 
+/// A drainer thread as approximate mode's recorder runs one: sleeps until pushed, takes, and
+/// stops once `done` says so of what it took or the backlog closes.
+fn drain_until(
+    backlog: &Arc<Backlog<u32>>,
+    done: fn(&[u32]) -> bool,
+) -> thread::JoinHandle<Vec<u32>> {
+    let backlog = backlog.clone();
+    thread::spawn(move || {
+        let (mut taken, mut seen) = (Vec::new(), backlog.pushed());
+        while !done(&taken) && backlog.sleep_unless_pushed(seen) {
+            seen = backlog.pushed();
+            backlog.take(&mut taken);
+        }
+        taken
+    })
+}
+
 /// Approximate mode's backlog: a drainer that found nothing goes to sleep while a router pushes
 /// two decisions. If a push could miss the sleeping drainer, loom finds the deadlock.
 #[test]
 fn a_backlog_push_always_wakes_a_sleeping_drainer() {
     loom::model(|| {
         let backlog = Arc::new(Backlog::default());
-        let drainer = {
-            let backlog = backlog.clone();
-            thread::spawn(move || {
-                let (mut taken, mut seen) = (Vec::new(), backlog.pushed());
-                while taken.len() < 2 {
-                    assert!(backlog.sleep_unless_pushed(seen));
-                    seen = backlog.pushed();
-                    backlog.take(&mut taken);
-                }
-                taken
-            })
-        };
+        let drainer = drain_until(&backlog, |taken| taken.len() == 2);
         backlog.push(1);
         backlog.push(2);
         assert_eq!(drainer.join().unwrap(), [1, 2]);
@@ -387,17 +393,7 @@ fn a_backlog_push_always_wakes_a_sleeping_drainer() {
 fn a_backlog_hands_each_item_to_exactly_one_taker_in_order() {
     loom::model(|| {
         let backlog = Arc::new(Backlog::default());
-        let drainer = {
-            let backlog = backlog.clone();
-            thread::spawn(move || {
-                let (mut taken, mut seen) = (Vec::new(), backlog.pushed());
-                while backlog.sleep_unless_pushed(seen) {
-                    seen = backlog.pushed();
-                    backlog.take(&mut taken);
-                }
-                taken
-            })
-        };
+        let drainer = drain_until(&backlog, |_| false);
         let router = {
             let backlog = backlog.clone();
             thread::spawn(move || {

@@ -78,14 +78,8 @@ const PREFETCH_AHEAD: usize = 4096;
 #[cfg(target_arch = "x86_64")]
 #[inline]
 fn prefetch(bytes: &[u8], from: usize, len: usize) {
-    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
     let end = from.saturating_add(len).min(bytes.len());
-    for at in (from..end).step_by(64) {
-        // SAFETY: `at < bytes.len()`, so the pointer is inside `bytes`; a prefetch is only a
-        // hint (it reads nothing into the program and never faults), and SSE, which it needs,
-        // is part of x86_64. (Exercised under miri, with AVX2 on, by the tests of `hash_blocks`.)
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(bytes.as_ptr().add(at).cast()) };
-    }
+    crate::prefetch::prefetch_slice(&bytes[from.min(end)..end], usize::MAX);
 }
 
 /// Blocks hashed side by side on the AVX2 path.
