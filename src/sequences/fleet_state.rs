@@ -15,6 +15,7 @@ use super::load::{OverlapTable, PotentialLoad, WorkerLoad};
 use super::replica::{PeerCounters, SequenceEvent, SequenceEventData, SequencePublisher};
 use super::request_index::{Location, RequestIndex};
 use super::shard::{Shard, TOGETHER};
+use super::trie::LeafEdge;
 use super::{RequestId, error::saturating_prefill_tokens, worker_hash};
 use crate::event::{SequenceHash, Worker};
 use crate::scores::OverlapScores;
@@ -139,11 +140,16 @@ impl FleetState {
             (id.clone(), SequenceEventData::AddRequest { blocks, isl, overlap })
         });
         let shard_at = self.shard_of(worker);
+        let blocks = blocks.unwrap_or_default();
+        let mut leaves_at = None;
         self.warm(shard_at, |shard| {
             if let Some(slot) = shard.slot_of(worker) {
-                shard.warm_add(slot, blocks.unwrap_or_default());
+                leaves_at = Some(shard.warm_add(slot, blocks));
             }
         });
+        // The new leaf's blocks are copied here, outside every lock (see `LeafEdge`); one that
+        // a concurrent change made stale is dropped at the end, after the locks.
+        let mut leaf = leaves_at.and_then(|at| LeafEdge::copy(blocks, at));
         let mut ids = self.index.shard(id.as_str()).lock();
         if let Some((key, &location)) = ids.get_key_value(id.as_str()) {
             if self.is_live(key, location) {
@@ -161,11 +167,12 @@ impl FleetState {
         if let Some(expiry) = self.expiry {
             shard.expire(slot, now, expiry, &mut expired);
         }
-        let blocks = blocks.unwrap_or_default();
-        let Some(record) = shard.add_request(slot, id.clone(), blocks, prefill_tokens, now) else {
+        let Some(record) =
+            shard.add_request(slot, id.clone(), blocks, prefill_tokens, now, &mut leaf)
+        else {
             return Err(AddRequestError::UnknownWorker { worker });
         };
-        drop(shard);
+        unlock(shard);
         let location = Location { shard: shard_at as u32, slot, record };
         ids.insert(id, location);
         if let Some((id, data)) = event {
@@ -212,7 +219,7 @@ impl FleetState {
             (true, Some(worker)) => Some((worker, change(&mut shard, location))),
             _ => None,
         };
-        drop(shard);
+        unlock(shard);
         if let (Some((worker, _)), Some(data)) = (&outcome, event) {
             self.publish(id.clone(), *worker, data);
         }
@@ -410,6 +417,15 @@ impl FleetState {
         let workers: usize = self.shards.iter().map(|s| s.read().worker_count()).sum();
         assert_eq!(self.workers.load(Ordering::Relaxed), workers, "tracked-worker count");
     }
+}
+
+/// Releases a shard's exclusive lock, then frees the edges its trie retired under it: freeing
+/// sometimes takes malloc's slow path, and queries wait for the shard's lock.
+fn unlock(mut shard: impl std::ops::DerefMut<Target = Shard>) {
+    let mut retired = Vec::new();
+    shard.swap_retired(&mut retired);
+    drop(shard);
+    drop(retired);
 }
 
 /// Shared access to a shard a writer holds now. Writers hold a shard for a microsecond or two,

@@ -10,7 +10,7 @@ use super::RequestId;
 use super::load::{PotentialLoad, WorkerLoad};
 use super::owners::Slot;
 use super::requests::{Record, RecordId, RequestTable};
-use super::trie::BlockTrie;
+use super::trie::{BlockTrie, LeafEdge};
 use crate::event::{SequenceHash, Worker};
 
 /// Workers a query keeps depths for on the stack (as `u32`, 1 KiB): those of every shard walked
@@ -179,7 +179,8 @@ impl Shard {
     }
 
     /// Adds a request to the worker in `slot`: pins `blocks` and counts `prefill_tokens`.
-    /// Returns `None` (changing nothing) if no worker is in `slot`.
+    /// Returns `None` (changing nothing) if no worker is in `slot`. A new leaf of the trie takes
+    /// `leaf` if it was copied where the leaf starts (see [`LeafEdge`]).
     pub(crate) fn add_request(
         &mut self,
         slot: Slot,
@@ -187,9 +188,10 @@ impl Shard {
         blocks: &[SequenceHash],
         prefill_tokens: usize,
         now: Instant,
+        leaf: &mut Option<LeafEdge>,
     ) -> Option<RecordId> {
         self.state(slot)?;
-        let (tail, newly_pinned) = self.trie.insert(slot, blocks);
+        let (tail, newly_pinned) = self.trie.insert(slot, blocks, leaf);
         let state = self.state_mut(slot)?;
         state.active_blocks += newly_pinned;
         state.active_tokens += prefill_tokens as u128;
@@ -199,11 +201,20 @@ impl Shard {
         Some(id)
     }
 
+    /// Hands over the trie's retired edges, to be freed after the exclusive lock (see
+    /// `BlockTrie::swap_retired`).
+    pub(crate) fn swap_retired(&mut self, spare: &mut Vec<Box<[SequenceHash]>>) {
+        self.trie.swap_retired(spare);
+    }
+
     /// Pulls into cache what adding `blocks` to the worker in `slot` will touch, so the
     /// exclusive section that follows (which readers wait for) does not stall on memory.
-    pub(crate) fn warm_add(&self, slot: Slot, blocks: &[SequenceHash]) {
+    /// Returns where the add would start a new leaf of the trie now, to copy a [`LeafEdge`].
+    pub(crate) fn warm_add(&self, slot: Slot, blocks: &[SequenceHash]) -> usize {
         let table = self.state(slot).map_or(0, |state| state.requests.warm(None));
-        std::hint::black_box(table + self.trie.warm_insert(blocks));
+        let (touched, leaves_at) = self.trie.warm_insert(blocks);
+        std::hint::black_box(table + touched);
+        leaves_at
     }
 
     /// Like [`Self::warm_add`], for a change to (or the removal of) the request in `record`.
@@ -426,8 +437,8 @@ mod tests {
         let (a, _) = shard.add_worker(Worker::new(1, 0));
         let (b, _) = shard.add_worker(Worker::new(2, 0));
         assert_eq!(shard.add_worker(Worker::new(1, 0)), (a, false));
-        let ra = shard.add_request(a, "ra".into(), &hashes(&[1, 2, 3]), 40, now);
-        let rb = shard.add_request(b, "rb".into(), &hashes(&[1, 2]), 10, now);
+        let ra = shard.add_request(a, "ra".into(), &hashes(&[1, 2, 3]), 40, now, &mut None);
+        let rb = shard.add_request(b, "rb".into(), &hashes(&[1, 2]), 10, now, &mut None);
         let (ra, rb) = (ra.expect("worker a"), rb.expect("worker b"));
         shard.assert_consistent();
         assert_eq!(shard.load(a).map(|l| (l.active_blocks, l.active_tokens)), Some((3, 40)));
@@ -452,7 +463,7 @@ mod tests {
         assert_eq!(shard.remove_worker(Worker::new(2, 0)), Some(vec![RequestId::from("rb")]));
         assert_eq!(shard.remove_worker(Worker::new(2, 0)), None);
         assert!(shard.record(b, rb).is_none());
-        assert!(shard.add_request(b, "late".into(), &[], 0, now).is_none());
+        assert!(shard.add_request(b, "late".into(), &[], 0, now, &mut None).is_none());
         shard.assert_consistent();
         assert_eq!(shard.worker_count(), 1);
     }
@@ -461,7 +472,8 @@ mod tests {
     fn warming_takes_any_slot_record_or_path_without_panicking() {
         let mut shard = Shard::default();
         let (a, _) = shard.add_worker(Worker::new(1, 0));
-        let ra = shard.add_request(a, "ra".into(), &hashes(&[1, 2, 3]), 4, Instant::now());
+        let ra =
+            shard.add_request(a, "ra".into(), &hashes(&[1, 2, 3]), 4, Instant::now(), &mut None);
         let ra = ra.expect("worker a");
         shard.warm_add(a, &hashes(&[1, 2, 9]));
         shard.warm_add(a, &[]);
@@ -487,7 +499,14 @@ mod tests {
                 for w in 0..workers as u64 {
                     let (slot, _) = shard.add_worker(Worker::new(w * 10 + s as u64, 0));
                     let path: Vec<u64> = (0..1 + (w + s as u64) % 6).collect();
-                    shard.add_request(slot, format!("{s}-{w}").into(), &hashes(&path), 5, now);
+                    shard.add_request(
+                        slot,
+                        format!("{s}-{w}").into(),
+                        &hashes(&path),
+                        5,
+                        now,
+                        &mut None,
+                    );
                 }
                 shard
             })
@@ -516,7 +535,7 @@ mod tests {
         let step = Duration::from_secs(10);
         for (i, name) in ["a", "b", "c"].into_iter().enumerate() {
             let at = t0 + step * i as u32;
-            shard.add_request(slot, name.into(), &hashes(&[9, i as u64]), 1, at);
+            shard.add_request(slot, name.into(), &hashes(&[9, i as u64]), 1, at, &mut None);
         }
         let mut expired = Vec::new();
         shard.expire(slot, t0 + step * 3, Duration::from_secs(20), &mut expired);

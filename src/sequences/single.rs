@@ -117,7 +117,8 @@ impl ActiveSequences {
         let now = self.clock.now();
         let expired = self.expire_at(now);
         let blocks = blocks.unwrap_or_default();
-        let record = self.shard.add_request(self.slot, id.clone(), blocks, prefill_tokens, now);
+        let record =
+            self.shard.add_request(self.slot, id.clone(), blocks, prefill_tokens, now, &mut None);
         if let Some(record) = record {
             self.records.insert(id, record);
         }

@@ -525,8 +525,8 @@ const ROWS: [(&str, Field, &str); 10] = [
     ("add+free churn (pairs/s)", |m| m.churn_pairs_per_s, ">= 2.00"),
     ("query p50 quiescent (us)", |m| m.p50, "<= 0.50"),
     ("query p99 quiescent (us)", |m| m.p99, "<= 0.50"),
-    ("query p50 under churn (us)", |m| m.p50_churn, "(*)"),
-    ("query p99 under churn (us)", |m| m.p99_churn, "(*)"),
+    ("query p50 under churn (us)", |m| m.p50_churn, "<= 0.70"),
+    ("query p99 under churn (us)", |m| m.p99_churn, "<= 0.50*"),
     ("churn while queried (pairs/s)", |m| m.churn_during_queries, "-"),
     ("query p50 under paced churn (us)", |m| m.p50_paced, "<= 0.50"),
     ("query p99 under paced churn (us)", |m| m.p99_paced, "<= 0.50"),
@@ -585,8 +585,8 @@ fn run_shape(name: &str, shape: &LoadShape, runs: u64) -> Vec<(Measured, Measure
         println!("{label:<32} {theirs:>12.2} {mine:>12.2} {ratio:>9.2} {range:>13} {target:>8}");
     }
     println!(
-        "ratio = median over runs of (kvroute / dynamo within the run); (*) full-speed churn: \
-         kvroute's figure <= 0.70 x Dynamo's own full-speed figure"
+        "ratio = median over runs of (kvroute / dynamo within the run); under churn, each \
+         subject's own churner runs as fast as it can; * in every run (the range's top)"
     );
     println!();
     all
@@ -619,16 +619,27 @@ fn main() {
         summary.push((name.clone(), run_shape(name, &shape, runs)));
     }
     println!(
-        "summary: kvroute / dynamo per shape, median of per-run ratios (targets: <= 0.50; full-speed churn <= 0.70)"
+        "summary: kvroute / dynamo per shape, median of per-run ratios (targets: <= 0.50; \
+         full-speed churn p50 <= 0.70, p99 <= 0.50 in every run: the worst run's is last)"
     );
     println!(
-        "{:<14} {:>10} {:>10} {:>11} {:>11} {:>12} {:>12}",
-        "shape", "p50 quiet", "p99 quiet", "p50 paced", "p99 paced", "p50 full", "p99 full"
+        "{:<14} {:>10} {:>10} {:>11} {:>11} {:>12} {:>12} {:>14}",
+        "shape",
+        "p50 quiet",
+        "p99 quiet",
+        "p50 paced",
+        "p99 paced",
+        "p50 full",
+        "p99 full",
+        "p99 full, max"
     );
     for (name, all) in &summary {
-        let ratio = |field: Field| median(all.iter().map(|(d, o)| field(o) / field(d)).collect());
+        let ratios =
+            |field: Field| all.iter().map(|(d, o)| field(o) / field(d)).collect::<Vec<_>>();
+        let ratio = |field: Field| median(ratios(field));
+        let worst = ratios(|m| m.p99_churn).into_iter().fold(0.0, f64::max);
         println!(
-            "{name:<14} {:>10.2} {:>10.2} {:>11.2} {:>11.2} {:>12.2} {:>12.2}",
+            "{name:<14} {:>10.2} {:>10.2} {:>11.2} {:>11.2} {:>12.2} {:>12.2} {worst:>14.2}",
             ratio(|m| m.p50),
             ratio(|m| m.p99),
             ratio(|m| m.p50_paced),
