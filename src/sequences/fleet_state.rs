@@ -422,8 +422,7 @@ impl FleetState {
 /// Releases a shard's exclusive lock, then frees the edges its trie retired under it: freeing
 /// sometimes takes malloc's slow path, and queries wait for the shard's lock.
 fn unlock(mut shard: impl std::ops::DerefMut<Target = Shard>) {
-    let mut retired = Vec::new();
-    shard.swap_retired(&mut retired);
+    let retired = shard.take_retired();
     drop(shard);
     drop(retired);
 }

@@ -202,9 +202,9 @@ impl Shard {
     }
 
     /// Hands over the trie's retired edges, to be freed after the exclusive lock (see
-    /// `BlockTrie::swap_retired`).
-    pub(crate) fn swap_retired(&mut self, spare: &mut Vec<Box<[SequenceHash]>>) {
-        self.trie.swap_retired(spare);
+    /// `BlockTrie::take_retired`).
+    pub(crate) fn take_retired(&mut self) -> Vec<Box<[SequenceHash]>> {
+        self.trie.take_retired()
     }
 
     /// Pulls into cache what adding `blocks` to the worker in `slot` will touch, so the

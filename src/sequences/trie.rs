@@ -89,7 +89,7 @@ pub(crate) struct BlockTrie {
     /// Every node's children, by (node, first block of the child's edge).
     children: ChildTable,
     /// Edges no longer in use, for the writer to free after its exclusive lock (see
-    /// [`Self::swap_retired`]).
+    /// [`Self::take_retired`]).
     retired: Vec<Box<[SequenceHash]>>,
 }
 
@@ -154,7 +154,7 @@ impl BlockTrie {
         self.free.push(id);
     }
 
-    /// Keeps an edge no longer in use for [`Self::swap_retired`], instead of freeing it under the
+    /// Keeps an edge no longer in use for [`Self::take_retired`], instead of freeing it under the
     /// writer's exclusive lock: like the copy a [`LeafEdge`] moves out, a free sometimes takes
     /// malloc's slow path, and readers wait for the writer.
     fn retire(&mut self, edge: Box<[SequenceHash]>) {
@@ -167,12 +167,9 @@ impl BlockTrie {
         self.retired.push(edge);
     }
 
-    /// Hands the retired edges to the caller (in exchange for `spare`, normally empty), to be
-    /// freed once its exclusive lock is released.
-    pub(crate) fn swap_retired(&mut self, spare: &mut Vec<Box<[SequenceHash]>>) {
-        if !self.retired.is_empty() {
-            std::mem::swap(&mut self.retired, spare);
-        }
+    /// Hands the retired edges to the caller, to be freed once its exclusive lock is released.
+    pub(crate) fn take_retired(&mut self) -> Vec<Box<[SequenceHash]>> {
+        std::mem::take(&mut self.retired)
     }
 
     /// The child of `node` whose edge starts with `first`.
@@ -628,8 +625,7 @@ mod tests {
         // [1,2] into [3] retires both.
         let (b, _) = trie.insert(0, &hashes(&[1, 2, 4]), &mut None);
         assert_eq!(trie.remove(0, b), 1);
-        let mut taken = Vec::new();
-        trie.swap_retired(&mut taken);
+        let taken = trie.take_retired();
         let mut edges: Vec<Vec<u64>> =
             taken.iter().map(|e| e.iter().map(|h| h.0).collect()).collect();
         edges.sort();
