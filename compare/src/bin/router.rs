@@ -389,6 +389,16 @@ fn time<T>(f: impl FnOnce() -> T) -> u64 {
     start.elapsed().as_nanos() as u64
 }
 
+/// The prompt a timed decision reads: where it is stored (`cold`), or copied into `fresh` first.
+fn timed_prompt<'a>(stored: &'a [u32], fresh: &'a mut Vec<u32>, cold: bool) -> &'a [u32] {
+    if cold {
+        return stored;
+    }
+    fresh.clear();
+    fresh.extend_from_slice(stored);
+    fresh
+}
+
 fn measure(dynamo: &Dynamo, ours: &Ours, prompts: &[Vec<u32>], cold: bool) -> Timings {
     const ROUNDS: usize = 6;
     let mut t = Timings::default();
@@ -409,24 +419,14 @@ fn measure(dynamo: &Dynamo, ours: &Ours, prompts: &[Vec<u32>], cold: bool) -> Ti
         let mut fresh = Vec::with_capacity(PROMPT_TOKENS);
         let mut dynamo_round = |samples: &mut Vec<u64>| {
             for tokens in prompts {
-                let tokens = if cold {
-                    tokens
-                } else {
-                    fresh.clone_from(tokens);
-                    &fresh
-                };
+                let tokens = timed_prompt(tokens, &mut fresh, cold);
                 samples.push(time(|| dynamo.route(tokens, None)));
             }
         };
         let mut fresh = Vec::with_capacity(PROMPT_TOKENS);
         let mut our_round = |samples: &mut Vec<u64>| {
             for tokens in prompts {
-                let tokens = if cold {
-                    tokens
-                } else {
-                    fresh.clone_from(tokens);
-                    &fresh
-                };
+                let tokens = timed_prompt(tokens, &mut fresh, cold);
                 samples.push(time(|| ours.route(tokens)));
             }
         };
