@@ -100,6 +100,8 @@ fn prompts() -> Vec<String> {
         "<|im_start|>user\nspecial tokens in text<|im_end|>".into(),
         "numbers 1234567890 3.14159 -42 0x1F".into(),
         "x".repeat(3000),
+        "It's 10:30 -- the fox's 3 friends didn't jump; they'll (maybe) run 1,234.5 km!\n\t "
+            .repeat(60),
         "\n\n\n".into(),
     ]
 }
