@@ -8,6 +8,9 @@ prompts (2,048 tokens): 64 prompts, prompt p = the 64 blocks of system prompt p 
 blocks of its own; worker p % workers caches prompt p whole. Routes without recording
 (update_states off), so the state stays the same through the run.
 
+The "reference" line runs the same 1-to-4-thread measurement on CPython's own `hashlib.sha256`
+(which releases the GIL) for a call as long as `route`'s p50: how far such a call can scale here.
+
 Two processes see the shared machine at different moments, so the "interleaved" line also
 times, in this process, the Rust call alone (`KvRouter._route_ns`, timed inside as the Rust
 benchmark times it) alternating call by call with Python's `route` on the same prompt.
@@ -17,10 +20,11 @@ from __future__ import annotations
 
 import argparse
 import array
+import hashlib
 import statistics
 import threading
 import time
-from typing import Any, List, Sequence
+from typing import Any, Callable, List, Sequence
 
 import kvroute
 
@@ -78,17 +82,39 @@ def interleaved(router: kvroute.KvRouter, prompts: Sequence[Any], calls: int) ->
 
 
 def throughput(router: kvroute.KvRouter, prompts: "List[array.array[int]]", threads: int, seconds: float) -> float:
+    route = router.route
+    return throughput_of(lambda i: route(prompts[i % PROMPTS]), threads, seconds)
+
+
+def gil_reference(call_us: float, seconds: float) -> str:
+    """The same 1-to-4-thread measurement on CPython's own `hashlib.sha256`, which releases the GIL
+    while it hashes more than 2 KiB, over a buffer sized so one call takes about `call_us`: how
+    far any call of that length that releases the GIL scales with this interpreter and machine."""
+    probe = b"x" * 65536
+    started = time.perf_counter_ns()
+    for _ in range(200):
+        hashlib.sha256(probe)
+    ns_per_byte = (time.perf_counter_ns() - started) / 200 / len(probe)
+    data = b"x" * max(4096, int(call_us * 1000 / ns_per_byte))
+    one = throughput_of(lambda _: hashlib.sha256(data), 1, seconds)
+    four = throughput_of(lambda _: hashlib.sha256(data), 4, seconds)
+    return (f"hashlib.sha256 of {len(data) // 1024} KiB (~{call_us:.1f} us, GIL released inside): "
+            f"1 thread {one:,.0f}/s, 4 threads {four:,.0f}/s ({four / one:.2f}x)")
+
+
+def throughput_of(call: Callable[[int], object], threads: int, seconds: float) -> float:
+    """Calls per second of `call(i)` (i counts each thread's calls, offset by the thread) from
+    `threads` threads over `seconds`."""
     counts = [0] * threads
     start = threading.Barrier(threads + 1)
     stop = threading.Event()
 
     def run(k: int) -> None:
-        route = router.route
         n = 0
         start.wait()
         while not stop.is_set():
             for j in range(64):
-                route(prompts[(n + j + k) % PROMPTS])
+                call(n + j + k)
             n += 64
         counts[k] = n
 
@@ -130,6 +156,7 @@ def main() -> None:
         four = throughput(router, prompts, 4, args.seconds)
         print(f"python workers={workers} throughput: 1 thread {one:,.0f}/s, 4 threads {four:,.0f}/s "
               f"({four / one:.2f}x)")
+        print(f"python workers={workers} reference: {gil_reference(p50, args.seconds)}")
 
 
 if __name__ == "__main__":
