@@ -143,6 +143,7 @@ async fn routes_to_the_engine_holding_the_prefix_by_its_events() {
     settles(&server).await;
     let metrics = reqwest::get(format!("{url}/metrics")).await.unwrap().text().await.unwrap();
     assert!(metrics.contains("kvroute_gateway_requests_total{outcome=\"ok\"} 12"), "{metrics}");
+    assert!(metrics.contains("kvroute_gateway_tokenize_seconds_count 12"), "{metrics}");
     server.stop().await.unwrap();
     for engine in engines {
         engine.stop().await;

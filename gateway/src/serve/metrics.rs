@@ -34,6 +34,8 @@ pub struct GatewayMetrics {
     pub requests: Family<OutcomeLabel, Counter>,
     /// Attempts that failed and went to the next-best worker.
     pub retries: Counter,
+    /// Seconds the chat template and tokenization of one request took.
+    pub tokenize_seconds: Histogram,
     /// Seconds one routing decision took.
     pub route_seconds: Histogram,
     /// Full prompt blocks routed.
@@ -62,6 +64,13 @@ impl Default for GatewayMetrics {
             "kvroute_gateway_retries",
             "Attempts retried on the next-best worker",
             retries.clone(),
+        );
+        // Tokenization is most of the gateway's own time per request (BENCHMARKS.md, Overhead).
+        let tokenize_seconds = Histogram::new(exponential_buckets(1e-5, 2.0, 20));
+        registry.register(
+            "kvroute_gateway_tokenize_seconds",
+            "Time of one request's chat template and tokenization",
+            tokenize_seconds.clone(),
         );
         let route_seconds = Histogram::new(exponential_buckets(1e-6, 2.0, 20));
         registry.register(
@@ -111,6 +120,7 @@ impl Default for GatewayMetrics {
             registry,
             requests,
             retries,
+            tokenize_seconds,
             route_seconds,
             prompt_blocks,
             overlap_blocks,

@@ -93,7 +93,9 @@ pub async fn forward(
 ) -> Result<Response, ApiError> {
     let request = CompletionRequest::parse(&body)?;
     gateway.check_model(&request.model)?;
+    let tokenizing = Instant::now();
     let tokens = openai::prompt_tokens(&gateway.tokenizer, endpoint, &request)?;
+    gateway.metrics.tokenize_seconds.observe(tokenizing.elapsed().as_secs_f64());
     let output = request.max_completion_tokens.or(request.max_tokens).unwrap_or(0);
     openai::check_context_length(
         tokens.len(),
