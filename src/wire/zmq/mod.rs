@@ -16,7 +16,8 @@
 //! may have restarted and its first batches been lost); no two endpoints feed one
 //! (worker, rank) stream.
 //!
-//! Needs the system libzmq (Debian: `libzmq3-dev`).
+//! libzmq itself is compiled from source and linked in (`zmq-sys`); building it needs a C++
+//! compiler, no system library.
 
 mod batches;
 mod config;
