@@ -81,12 +81,18 @@ impl Engine {
 
     /// Serves replays until `done`, re-sending the last batch now and then (a subscriber that
     /// joined late missed it).
-    fn until(&self, what: &str, mut done: impl FnMut() -> bool) {
+    fn until(&self, what: &str, done: impl FnMut() -> bool) {
+        self.serve_until(what, true, done);
+    }
+
+    /// Serves replays until `done`; re-sends the last batch now and then if `resend`.
+    fn serve_until(&self, what: &str, resend: bool, mut done: impl FnMut() -> bool) {
         let start = Instant::now();
         let mut resent = Instant::now();
         while !done() {
             self.serve();
-            if resent.elapsed() > Duration::from_millis(100)
+            if resend
+                && resent.elapsed() > Duration::from_millis(100)
                 && let Some((seq, payload)) = self.buffer.last()
             {
                 self.send(*seq, payload);
@@ -203,6 +209,40 @@ fn a_publisher_that_comes_back_is_reconnected_and_what_it_sent_meanwhile_replaye
     // The reconnect restored the endpoint in full (the engine might have restarted).
     let stats = stats(&subscriber);
     assert!(stats.reconnects >= 1 && stats.restores >= 2, "{stats:?}");
+    subscriber.shutdown();
+}
+
+#[test]
+fn a_first_batch_sent_before_the_subscription_and_none_after_still_arrives() {
+    let context = zmq::Context::new();
+    let mut engine = Engine::bind(&context);
+    // Published before anyone subscribed: the PUB drops it, and no later batch shows the gap.
+    let (payload, root) = stored(1, None, 0);
+    engine.publish(0, payload);
+    let (index, subscriber) = subscribe(&engine, true);
+    engine.serve_until("the batch, from the replay socket", false, || depth(&index, &[root]) == 1);
+    // The engine's next batch applies on top, live.
+    let (payload, child) = stored(2, Some(1), 4);
+    engine.publish(1, payload);
+    engine.until("the next batch", || depth(&index, &[root, child]) == 2);
+    let stats = stats(&subscriber);
+    assert_eq!(stats.restores, 1, "{stats:?}");
+    subscriber.shutdown();
+}
+
+#[test]
+fn an_engine_that_published_nothing_yet_loses_no_first_batch_to_the_probe() {
+    let context = zmq::Context::new();
+    let mut engine = Engine::bind(&context);
+    let (index, subscriber) = subscribe(&engine, true);
+    // Replays answer empty for a while (the probe asks): nothing is restored...
+    let quiet = Instant::now();
+    engine.serve_until("a few empty probes", false, || quiet.elapsed() > Duration::from_secs(1));
+    assert_eq!(stats(&subscriber).restores, 0);
+    // ...and batch 0, when it comes, is applied, not taken for a duplicate of an empty dump.
+    let (payload, root) = stored(1, None, 0);
+    engine.publish(0, payload);
+    engine.until("the first batch", || depth(&index, &[root]) == 1);
     subscriber.shutdown();
 }
 

@@ -13,8 +13,10 @@
 //! [`SubscriberConfig::max_message_size`] is read, a replay answer is bounded in batches and
 //! bytes, and the live batches kept while a replay is awaited are at most recovery's buffer.
 //! A reconnect to a publisher restores the endpoint in full from its replay socket (the engine
-//! may have restarted and its first batches been lost); no two endpoints feed one
-//! (worker, rank) stream.
+//! may have restarted and its first batches been lost); so do batches published before the
+//! subscription took effect, which the replay socket is asked about until the first batch
+//! arrives live (with no batch after them, nothing else would reveal them). No two endpoints
+//! feed one (worker, rank) stream.
 //!
 //! libzmq itself is compiled from source and linked in (`zmq-sys`); building it needs a C++
 //! compiler, no system library.

@@ -28,6 +28,10 @@ const GIVEN_UP: Duration = Duration::from_millis(500);
 /// How often recovery's counters are copied out and the stash pruned.
 const HOUSEKEEPING: Duration = Duration::from_millis(100);
 
+/// How often, until the engine's first batch arrives, its replay socket is asked whether it
+/// published any before this subscriber's subscription took effect.
+const FIRST_BATCH_PROBE: Duration = Duration::from_millis(250);
+
 /// With a replay socket, batches go through recovery; without, straight to the index.
 enum Path<S: EventSink> {
     Recovered {
@@ -50,6 +54,9 @@ pub(super) struct EndpointWorker<S: EventSink> {
     /// A dropped connection libzmq has not (yet) scheduled to retry, and since when: after a
     /// protocol error (a message over `max_message_size`) libzmq gives the peer up for good.
     abandoned: Option<Instant>,
+    /// When to next ask the replay socket for batches published before the subscription took
+    /// effect; `None` once a batch arrived (or without a replay socket).
+    probe_at: Option<Instant>,
     decoder: VllmDecoder,
     path: Path<S>,
     counters: Arc<Counters>,
@@ -85,6 +92,8 @@ impl<S: EventSink> EndpointWorker<S> {
             },
             None => Path::Direct(batches),
         };
+        let probe_at =
+            matches!(path, Path::Recovered { .. }).then(|| Instant::now() + FIRST_BATCH_PROBE);
         Ok(Self {
             endpoint,
             sub,
@@ -92,6 +101,7 @@ impl<S: EventSink> EndpointWorker<S> {
             disconnected: false,
             latest: None,
             abandoned: None,
+            probe_at,
             decoder,
             path,
             counters,
@@ -151,6 +161,9 @@ impl<S: EventSink> EndpointWorker<S> {
                     log::error!("{} not connected again: {e}", self.endpoint.publisher);
                 }
             }
+            if self.probe_at.is_some_and(|at| at <= Instant::now()) {
+                self.probe_first_batches();
+            }
             if housekeeping.elapsed() >= HOUSEKEEPING {
                 self.refresh(true);
                 housekeeping = Instant::now();
@@ -159,8 +172,26 @@ impl<S: EventSink> EndpointWorker<S> {
         self.refresh(true);
     }
 
+    /// A PUB drops what it sends before a subscription takes effect, and a lost first batch
+    /// with none after it leaves no gap to see: until a batch arrives live, the replay socket
+    /// is asked now and then whether the engine published any, and if so the endpoint is
+    /// restored from it in full (recovery then fetches them; an empty answer changes nothing,
+    /// so the engine's first batch still applies when it comes).
+    fn probe_first_batches(&mut self) {
+        let Path::Recovered { recovery, source, .. } = &self.path else { return };
+        let published = source.client.borrow_mut().fetch(0).is_ok_and(|b| !b.is_empty());
+        if published {
+            recovery.invalidate(self.stream, StorageTier::Device);
+            self.probe_at = None;
+        } else {
+            self.probe_at = Some(Instant::now() + FIRST_BATCH_PROBE);
+        }
+    }
+
     fn on_message(&mut self, frames: &[Vec<u8>]) {
         Counters::add(&self.counters.messages, 1);
+        // A live batch: any gap before it is now seen, and recovered, the usual way.
+        self.probe_at = None;
         let (seq, events) = match self.decoder.decode_message(frames) {
             Ok(batch) => {
                 Counters::add(&self.counters.skipped_events, batch.skipped as u64);
