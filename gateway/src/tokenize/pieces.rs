@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use tokenizers::{Encoding, Model, OffsetReferential, OffsetType, PostProcessor, PreTokenizer};
 
 /// Pieces whose ids are kept at most; the map starts over when full. With the longest piece
-/// kept, that bounds it near 7 MB (about 3 MB for words of text).
+/// kept, that bounds it under 8 MB (about 3 MB for words of text).
 const CAPACITY: usize = 1 << 15;
 /// Longer pieces (runs of spaces, long numbers) are rarely seen twice: not kept.
 const MAX_PIECE_BYTES: usize = 32;
