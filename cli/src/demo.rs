@@ -43,6 +43,14 @@ pub struct DemoArgs {
     /// vllm-router`) in front of the same kind of engines.
     #[arg(long, value_delimiter = ',', default_value = "kv-aware,approximate,round-robin")]
     policies: Vec<String>,
+    /// The gateway's weight of prompt blocks a worker would compute (`kvroute serve
+    /// --overlap-weight`; its default when not given).
+    #[arg(long)]
+    overlap_weight: Option<f64>,
+    /// The gateway's weight of prefill already queued on a worker (`kvroute serve
+    /// --queued-prefill-weight`; its default when not given).
+    #[arg(long)]
+    queued_prefill_weight: Option<f64>,
     /// Draw every policy's TTFT per request to this SVG file.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -116,7 +124,7 @@ pub fn run(args: &DemoArgs) -> Result<(), String> {
         }
         let (gateway, url) = match policy.strip_prefix("vllm-router:") {
             Some(peer_policy) => start_vllm_router(peer_policy, &workers, &model, &runtime)?,
-            None => start_serve(policy, &workers, args.max_model_len)?,
+            None => start_serve(policy, &workers, args)?,
         };
         children.push(gateway);
         let bench = BenchArgs {
@@ -176,11 +184,11 @@ pub fn run(args: &DemoArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// `kvroute serve --policy POLICY` in front of `workers`.
+/// `kvroute serve --policy POLICY` in front of `workers`, with the demo's limits and weights.
 fn start_serve(
     policy: &str,
     workers: &[String],
-    max_model_len: usize,
+    demo: &DemoArgs,
 ) -> Result<(Spawned, String), String> {
     let mut args: Vec<String> = vec![
         "serve".into(),
@@ -189,8 +197,14 @@ fn start_serve(
         "--policy".into(),
         policy.into(),
         "--max-model-len".into(),
-        max_model_len.to_string(),
+        demo.max_model_len.to_string(),
     ];
+    if let Some(weight) = demo.overlap_weight {
+        args.extend(["--overlap-weight".into(), weight.to_string()]);
+    }
+    if let Some(weight) = demo.queued_prefill_weight {
+        args.extend(["--queued-prefill-weight".into(), weight.to_string()]);
+    }
     for worker in workers {
         args.extend(["--worker".into(), worker.clone()]);
     }
