@@ -6,7 +6,7 @@
 //!
 //! Layout: this file loads the tokenizer and renders templates; `pieces` encodes, with HF's
 //! steps, keeping the model's ids per piece of text so each piece goes through the model once
-//! (the ids stay HF's; a third less time on new prompts).
+//! (the ids stay HF's; 25–44% less time on new prompts, `benches/tokenize.rs`).
 
 mod pieces;
 
