@@ -9,6 +9,7 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented functions
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use kvroute_gateway::bench::probes::short_prompt;
 use kvroute_gateway::bench::prompts::PromptSynth;
 use kvroute_gateway::tokenize::Tokenizer;
 use serde_json::json;
@@ -29,7 +30,7 @@ fn bench(c: &mut Criterion) {
         n += 1;
         let i = n;
         let content = match kind {
-            "probe" => (0..64).map(|w| format!(" probe{i} w{w}")).collect(),
+            "probe" => short_prompt(i as usize, 64),
             "trace" => synth.prompt(&[i], 512),
             _ => format!("Request {i}: {}", PROSE.repeat(3)),
         };

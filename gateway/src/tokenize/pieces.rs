@@ -131,7 +131,7 @@ mod tests {
         .into();
         texts.push("x".repeat(3000));
         texts.push(" ".repeat(200) + "a" + &"9".repeat(200));
-        texts.push((0..64).map(|w| format!(" probe17 w{w}")).collect());
+        texts.push(crate::bench::probes::short_prompt(17, 64));
         texts
     }
 
