@@ -8,13 +8,17 @@
 //! alone. HF's BPE keeps a cache of its own, but even a hit there clones the word and allocates
 //! each token's text.
 //!
-//! The ids are HF's by construction: every step that decides them is HF's code, and the
-//! post-processor, truncation and padding run on them as HF runs them whenever they could change
-//! an id. A model that tokenizes at random (BPE dropout) gets no map.
+//! The ids are HF's: the added-token split, the normalizer and the model are HF's code, and the
+//! post-processor, truncation and padding run on the ids as HF runs them whenever they could
+//! change one. The pre-tokenizer is HF's too, except for a byte-level BPE's regex split, which
+//! [`RegexSplit`] finds on Rust's regex engine only when it gives HF's pieces (tested on every
+//! character). A model that tokenizes at random (BPE dropout) gets no map.
 
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use tokenizers::{Encoding, Model, OffsetReferential, OffsetType, PostProcessor, PreTokenizer};
+
+use super::regex_split::RegexSplit;
 
 /// Pieces whose ids are kept at most; the map starts over when full. With the longest piece
 /// kept, that bounds it under 8 MB (about 3 MB for words of text).
@@ -27,6 +31,9 @@ type PieceMap = HashMap<Box<str>, Box<[u32]>, ahash::RandomState>;
 /// The model's ids for the pieces already seen.
 pub(super) struct PieceEncoder {
     pieces: RwLock<PieceMap>,
+    /// The pre-tokenizer's split on Rust's regex engine, when it is one [`RegexSplit`] finds
+    /// exactly: the map is then keyed by the pieces before their byte-level mapping.
+    split: Option<RegexSplit>,
 }
 
 impl PieceEncoder {
@@ -38,7 +45,10 @@ impl PieceEncoder {
         {
             return None;
         }
-        Some(Self { pieces: RwLock::new(PieceMap::default()) })
+        Some(Self {
+            pieces: RwLock::new(PieceMap::default()),
+            split: RegexSplit::for_tokenizer(tokenizer),
+        })
     }
 
     /// The ids HF's `tokenizer.encode_fast(text, add_special_tokens)` gives.
@@ -51,14 +61,20 @@ impl PieceEncoder {
         let mut pieces = tokenizer
             .get_added_vocabulary()
             .extract_and_normalize(tokenizer.get_normalizer(), text);
-        if let Some(pre_tokenizer) = tokenizer.get_pre_tokenizer() {
+        let split = self.split.as_ref();
+        if split.is_none()
+            && let Some(pre_tokenizer) = tokenizer.get_pre_tokenizer()
+        {
             pre_tokenizer.pre_tokenize(&mut pieces)?;
         }
         let mut ids = Vec::with_capacity(text.len() / 3 + 8);
         for (piece, _, tokens) in pieces.get_splits(OffsetReferential::Original, OffsetType::None) {
-            match tokens {
-                Some(tokens) => ids.extend(tokens.iter().map(|token| token.id)),
-                None => self.extend_with_piece(tokenizer, piece, &mut ids)?,
+            match (tokens, split) {
+                (Some(tokens), _) => ids.extend(tokens.iter().map(|token| token.id)),
+                (None, None) => self.extend_with_piece(tokenizer, piece, &mut ids)?,
+                (None, Some(split)) => split.for_each_piece(piece, |piece| {
+                    self.extend_with_piece(tokenizer, piece, &mut ids)
+                })?,
             }
         }
         if !needs_post_processing(tokenizer, add_special_tokens) {
@@ -69,6 +85,8 @@ impl PieceEncoder {
         Ok(tokenizer.post_process(encoding, None, add_special_tokens)?.get_ids().to_vec())
     }
 
+    /// Appends the model's ids for `piece`: as the pre-tokenizer gave it, or, with a
+    /// [`RegexSplit`], before its byte-level mapping.
     fn extend_with_piece(
         &self,
         tokenizer: &tokenizers::Tokenizer,
@@ -80,7 +98,12 @@ impl PieceEncoder {
             return Ok(());
         }
         let start = ids.len();
-        ids.extend(tokenizer.get_model().tokenize(piece)?.iter().map(|token| token.id));
+        let model = tokenizer.get_model();
+        let tokens = match &self.split {
+            Some(split) => model.tokenize(&split.byte_level(piece)?)?,
+            None => model.tokenize(piece)?,
+        };
+        ids.extend(tokens.iter().map(|token| token.id));
         if piece.len() <= MAX_PIECE_BYTES {
             let mut pieces = self.pieces.write();
             if pieces.len() >= CAPACITY {
