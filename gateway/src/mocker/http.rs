@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use super::clock::PreciseClock;
 use super::metrics::{CONTENT_TYPE as METRICS_TYPE, EngineMetrics};
 use super::scheduler::{Scheduler, Started};
 use crate::openai::{self, ApiError, CompletionRequest, Endpoint};
@@ -32,6 +33,9 @@ pub struct App {
     pub default_max_tokens: u64,
     /// The engine.
     pub scheduler: Arc<Scheduler>,
+    /// What its requests wait on: prefills and decode steps last microseconds at a high
+    /// speed-up, finer than tokio's timer.
+    pub clock: PreciseClock,
     /// Its metrics.
     pub metrics: Arc<EngineMetrics>,
     /// The filler output, one piece of text per token, cycled.
@@ -87,7 +91,7 @@ async fn generate(app: Arc<App>, endpoint: Endpoint, body: Body) -> Result<Respo
         })?;
         let step = app.scheduler.decode_step();
         let done = started.first_token_at + step * (output as u32).saturating_sub(1);
-        tokio::time::sleep_until(done.into()).await;
+        app.clock.sleep_until(done).await;
         app.metrics.generation_tokens.inc_by(output as u64);
         drop(running);
         let text = app.filler_text(output);
@@ -131,7 +135,7 @@ impl Stream {
         let step = app.scheduler.decode_step();
         let mut next = started.first_token_at;
         for i in 0..self.output {
-            tokio::time::sleep_until(next.into()).await;
+            app.clock.sleep_until(next).await;
             let piece = &app.filler[i % app.filler.len()];
             let chunk = openai::chunk(*endpoint, id, &app.model, piece, i == 0, false);
             if sender.send(Event::default().data(chunk.to_string())).await.is_err() {

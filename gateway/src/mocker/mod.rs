@@ -8,11 +8,14 @@
 //!   wall clock, `speedup` times faster than the model says;
 //! - [`kv_events`]: vLLM 0.33's KV event wire format on a ZMQ PUB socket, with the replay ROUTER
 //!   beside it, as `--kv-events-config` configures them;
-//! - [`metrics`]: vLLM's metric names.
+//! - [`metrics`]: vLLM's metric names;
+//! - [`clock`]: waits to within tens of microseconds (tokio's timer ticks in milliseconds,
+//!   longer than a prefill at `--speedup 1000`).
 //!
 //! Blocks are named by vLLM's own hashes ([`crate::vllm_hash`]), so a router that recomputes
 //! them (vllm-router's `kv_aware`) finds them. The output is filler text of `max_tokens` tokens.
 
+pub mod clock;
 pub mod http;
 pub mod kv_events;
 pub mod metrics;
@@ -30,6 +33,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::tokenize::{TokenizeError, Tokenizer};
+use clock::PreciseClock;
 use http::App;
 use kv_events::{EventPublisher, KvEventsConfig};
 use metrics::EngineMetrics;
@@ -148,6 +152,8 @@ impl Mocker {
             max_model_len,
             default_max_tokens: config.default_max_tokens,
             scheduler: Arc::new(scheduler),
+            clock: PreciseClock::start()
+                .map_err(|e| MockerError::Config(format!("cannot start the clock thread: {e}")))?,
             metrics,
             filler,
         });
