@@ -175,7 +175,9 @@ mod tests {
 
     #[test]
     fn gives_hf_ids_for_a_byte_level_bpe() {
-        assert_same_ids_as_hf(&load(&tokenizer_json()));
+        let tokenizer = load(&tokenizer_json());
+        assert!(PieceEncoder::new(&tokenizer).unwrap().split.is_some());
+        assert_same_ids_as_hf(&tokenizer);
     }
 
     #[test]
@@ -209,6 +211,32 @@ mod tests {
             "pad_id": 0, "pad_type_id": 0, "pad_token": "<|endoftext|>",
         });
         assert_same_ids_as_hf(&load(&json));
+    }
+
+    #[test]
+    fn gives_hf_ids_with_a_split_regex_and_a_normalizer() {
+        let mut json = tokenizer_json();
+        json["normalizer"] = json!({"type": "Sequence", "normalizers": [
+            {"type": "NFC"}, {"type": "Lowercase"},
+        ]});
+        json["pre_tokenizer"] = json!({"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"},
+             "behavior": "Isolated", "invert": false},
+            {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true,
+             "use_regex": false},
+        ]});
+        let tokenizer = load(&json);
+        assert!(PieceEncoder::new(&tokenizer).unwrap().split.is_some());
+        assert_same_ids_as_hf(&tokenizer);
+    }
+
+    #[test]
+    fn gives_hf_ids_through_hf_pre_tokenizer_when_the_split_is_not_reproduced() {
+        let mut json = tokenizer_json();
+        json["pre_tokenizer"]["add_prefix_space"] = json!(true);
+        let tokenizer = load(&json);
+        assert!(PieceEncoder::new(&tokenizer).unwrap().split.is_none());
+        assert_same_ids_as_hf(&tokenizer);
     }
 
     #[test]
