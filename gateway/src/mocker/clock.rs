@@ -4,7 +4,7 @@
 //! or a decode step at `--speedup 1000`) ended up to a millisecond late, or at once when its
 //! deadline had passed by the time it was polled. The same prompt's TTFT jumped between about
 //! 0.3 and 1.4 ms, which drowned what a gateway in front adds. [`PreciseClock`] hands waits'
-//! last [`COARSE_MARGIN`] to one thread that sleeps on a condition variable until the earliest
+//! last two milliseconds to one thread that sleeps on a condition variable until the earliest
 //! deadline (late by the timer slack, about 50 µs) and completes every wait due; the rest of a
 //! longer wait sleeps on tokio's timer.
 
