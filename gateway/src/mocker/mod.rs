@@ -90,6 +90,8 @@ pub enum MockerError {
     Bind(std::io::Error),
     /// A KV event socket cannot be bound.
     Events(zmq::Error),
+    /// The clock's thread cannot be started.
+    Clock(std::io::Error),
 }
 
 impl std::fmt::Display for MockerError {
@@ -99,6 +101,7 @@ impl std::fmt::Display for MockerError {
             Self::Config(e) => write!(f, "configuration: {e}"),
             Self::Bind(e) => write!(f, "cannot listen: {e}"),
             Self::Events(e) => write!(f, "KV event sockets: {e}"),
+            Self::Clock(e) => write!(f, "cannot start the clock thread: {e}"),
         }
     }
 }
@@ -152,8 +155,7 @@ impl Mocker {
             max_model_len,
             default_max_tokens: config.default_max_tokens,
             scheduler: Arc::new(scheduler),
-            clock: PreciseClock::start()
-                .map_err(|e| MockerError::Config(format!("cannot start the clock thread: {e}")))?,
+            clock: PreciseClock::start().map_err(MockerError::Clock)?,
             metrics,
             filler,
         });
