@@ -1,6 +1,7 @@
 //! Tokenizing a templated chat: kvroute's `Tokenizer::encode` (the pieces cut on Rust's regex
-//! engine, the model's ids kept per piece) against HF's own `encode_fast` on the same text, on three kinds of prompt, each
-//! new on every call (as requests are), so no cache holds the whole prompt:
+//! engine, the model's ids kept per piece) against HF's own `encode_fast` on the same text, on
+//! three kinds of prompt, each new on every call (as requests are), so no cache holds the whole
+//! prompt:
 //! - `probe`: the overhead probe's 64 words ` probe{i} w{w}` (about 520 tokens);
 //! - `trace`: one `hash_id` of the trace replay's synthesized text (512 one-token words);
 //! - `prose`: English prose, code and unicode with a request number in it (about 400 tokens).
