@@ -220,7 +220,7 @@ mod tests {
             {"type": "NFC"}, {"type": "Lowercase"},
         ]});
         json["pre_tokenizer"] = json!({"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"},
+            {"type": "Split", "pattern": {"Regex": super::super::regex_split::LLAMA3_PATTERN},
              "behavior": "Isolated", "invert": false},
             {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true,
              "use_regex": false},

@@ -221,6 +221,13 @@ fn top_level_alternatives(pattern: &str) -> Option<Vec<&str>> {
     Some(alternatives)
 }
 
+/// Llama 3's pattern (Qwen 2's has `\p{N}` for `\p{N}{1,3}`), for tests.
+#[cfg(test)]
+pub(super) const LLAMA3_PATTERN: &str = concat!(
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}",
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+);
+
 /// The text a split is tried on when it loads: every class of character the patterns tell
 /// apart, in the contexts where they differ.
 const SELF_TEST: &str = concat!(
@@ -236,9 +243,6 @@ const SELF_TEST: &str = concat!(
 mod tests {
     use super::*;
     use tokenizers::pre_tokenizers::PreTokenizerWrapper;
-
-    /// Llama 3's pattern (also Qwen 2's, and DeepSeek V3's less `\p{N}{1,3}`).
-    const LLAMA3_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
     fn gpt2() -> PreTokenizerWrapper {
         serde_json::from_value(serde_json::json!({
