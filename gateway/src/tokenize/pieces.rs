@@ -173,11 +173,17 @@ mod tests {
         assert!(!encoder.pieces.read().is_empty());
     }
 
+    /// [`assert_same_ids_as_hf`] for the tokenizer `json` describes, whose pieces are cut by a
+    /// [`RegexSplit`] or not, as `regex_split` says.
+    fn assert_same_ids_as_hf_for(json: &Value, regex_split: bool) {
+        let tokenizer = load(json);
+        assert_eq!(PieceEncoder::new(&tokenizer).unwrap().split.is_some(), regex_split);
+        assert_same_ids_as_hf(&tokenizer);
+    }
+
     #[test]
     fn gives_hf_ids_for_a_byte_level_bpe() {
-        let tokenizer = load(&tokenizer_json());
-        assert!(PieceEncoder::new(&tokenizer).unwrap().split.is_some());
-        assert_same_ids_as_hf(&tokenizer);
+        assert_same_ids_as_hf_for(&tokenizer_json(), true);
     }
 
     #[test]
@@ -225,18 +231,14 @@ mod tests {
             {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true,
              "use_regex": false},
         ]});
-        let tokenizer = load(&json);
-        assert!(PieceEncoder::new(&tokenizer).unwrap().split.is_some());
-        assert_same_ids_as_hf(&tokenizer);
+        assert_same_ids_as_hf_for(&json, true);
     }
 
     #[test]
     fn gives_hf_ids_through_hf_pre_tokenizer_when_the_split_is_not_reproduced() {
         let mut json = tokenizer_json();
         json["pre_tokenizer"]["add_prefix_space"] = json!(true);
-        let tokenizer = load(&json);
-        assert!(PieceEncoder::new(&tokenizer).unwrap().split.is_none());
-        assert_same_ids_as_hf(&tokenizer);
+        assert_same_ids_as_hf_for(&json, false);
     }
 
     #[test]
