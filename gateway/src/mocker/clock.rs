@@ -37,21 +37,19 @@ struct Shared {
 #[derive(Debug, Default)]
 struct State {
     due: BinaryHeap<Reverse<Due>>,
-    next_seq: u64,
     stopped: bool,
 }
 
-/// One pending wait, ordered by its deadline (then by arrival).
+/// One pending wait, ordered by its deadline.
 #[derive(Debug)]
 struct Due {
     at: Instant,
-    seq: u64,
     done: oneshot::Sender<()>,
 }
 
 impl PartialEq for Due {
     fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
+        self.at == other.at
     }
 }
 
@@ -65,7 +63,7 @@ impl PartialOrd for Due {
 
 impl Ord for Due {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.at, self.seq).cmp(&(other.at, other.seq))
+        self.at.cmp(&other.at)
     }
 }
 
@@ -96,9 +94,7 @@ impl PreciseClock {
                 return;
             }
             let earliest = state.due.peek().is_none_or(|Reverse(first)| at < first.at);
-            let seq = state.next_seq;
-            state.next_seq += 1;
-            state.due.push(Reverse(Due { at, seq, done }));
+            state.due.push(Reverse(Due { at, done }));
             if earliest {
                 self.shared.changed.notify_one();
             }

@@ -66,16 +66,9 @@ impl RegexSplit {
     /// The split by `pattern` (Oniguruma syntax as HF reads it), if Rust's engine can find
     /// exactly its matches.
     pub(super) fn new(pattern: &str) -> Option<Self> {
-        if pattern.contains("(?=")
-            || pattern.contains("(?<")
-            || pattern.matches("(?!").count() != pattern.matches(TRAILING_SPACE).count()
-        {
-            return None;
-        }
         let alternatives = top_level_alternatives(pattern)?;
         let trailing = alternatives.iter().position(|a| *a == TRAILING_SPACE);
         let patterns: Vec<String> = match trailing {
-            None if alternatives.iter().any(|a| a.contains("(?!")) => return None,
             None => vec![pattern.to_owned()],
             Some(at) => {
                 let before = alternatives[..at].iter().copied().chain([r"\s+\z"]);
@@ -87,13 +80,12 @@ impl RegexSplit {
                 patterns
             }
         };
-        for pattern in &patterns {
-            let hir = regex_automata::util::syntax::parse(pattern).ok()?;
-            if hir.properties().minimum_len() == Some(0) || pattern.contains("(?!") {
-                return None;
-            }
+        // Rust's parser refuses look-around: any left beside the rewritten one fails here.
+        let hirs = regex_automata::util::syntax::parse_many(&patterns).ok()?;
+        if hirs.iter().any(|hir| hir.properties().minimum_len() == Some(0)) {
+            return None;
         }
-        let regex = Regex::new_many(&patterns).ok()?;
+        let regex = Regex::builder().build_many_from_hir(&hirs).ok()?;
         Some(Self {
             regex,
             give_back: trailing.map(|_| PatternID::must(1)),
