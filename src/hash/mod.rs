@@ -119,7 +119,7 @@ impl BlockHasher {
         let mut bytes = Vec::new();
         if block_mm.iter().all(Vec::is_empty) {
             let mut local = Vec::with_capacity(tokens.len() / size);
-            self.extend_text_hashes(tokens, &mut bytes, &mut local);
+            self.for_each_text_hash(tokens, &mut bytes, |hash| local.push(hash));
             return local;
         }
         let mut mm_sorted = Vec::new();
@@ -150,25 +150,24 @@ impl BlockHasher {
         self.hash_bytes(token_bytes(block, scratch))
     }
 
-    /// Appends the content hash of every full block of text-only `tokens` to `out`.
-    fn extend_text_hashes(
+    /// Hands the content hash of every full block of text-only `tokens` to `emit`, in order.
+    #[inline]
+    fn for_each_text_hash(
         &self,
         tokens: &[u32],
         scratch: &mut Vec<u8>,
-        out: &mut Vec<LocalBlockHash>,
+        mut emit: impl FnMut(LocalBlockHash),
     ) {
         let size = self.block_size.get() as usize;
         let full = &tokens[..tokens.len() - tokens.len() % size];
         let block_len = size * 4;
         let bytes = token_bytes(full, scratch);
         if block_len > SHORT_MAX {
-            xxh3_long::hash_blocks(bytes, block_len, &self.secret, |h| out.push(LocalBlockHash(h)));
+            xxh3_long::hash_blocks(bytes, block_len, &self.secret, |h| emit(LocalBlockHash(h)));
         } else {
-            out.extend(
-                bytes
-                    .chunks_exact(block_len)
-                    .map(|b| LocalBlockHash(xxh3_64_with_seed(b, self.seed))),
-            );
+            for block in bytes.chunks_exact(block_len) {
+                emit(LocalBlockHash(xxh3_64_with_seed(block, self.seed)));
+            }
         }
     }
 
@@ -202,21 +201,35 @@ impl BlockHasher {
         out: &mut RequestHashes,
         scratch: &mut Vec<u8>,
     ) {
-        out.local.clear();
-        if block_mm.iter().all(Vec::is_empty) {
-            self.extend_text_hashes(tokens, scratch, &mut out.local);
-        } else {
-            out.local = self.local_hashes_mm(tokens, block_mm);
+        let RequestHashes { local, sequence } = out;
+        local.clear();
+        sequence.clear();
+        if !block_mm.iter().all(Vec::is_empty) {
+            *local = self.local_hashes_mm(tokens, block_mm);
+            extend_sequence_hashes(local, sequence);
+            return;
         }
-        out.sequence.clear();
-        extend_sequence_hashes(&out.local, &mut out.sequence);
+        let blocks = tokens.len() / self.block_size.get() as usize;
+        local.reserve(blocks);
+        sequence.reserve(blocks);
+        // Each sequence hash is taken as its block's hash comes out, not in a second pass: the
+        // chain of sequence hashes is one dependent multiply after another, and interleaved
+        // with the block hashes (independent vector work, and on a prompt read from memory,
+        // waits for it) the processor runs it in their shadow.
+        let mut parent = None;
+        self.for_each_text_hash(tokens, scratch, |hash| {
+            let next = next_sequence_hash(parent, hash);
+            local.push(hash);
+            sequence.push(next);
+            parent = Some(next);
+        });
     }
 
     /// [`Self::hash_request`] with multimodal objects, as in [`Self::local_hashes_mm`].
     pub fn hash_request_mm(&self, tokens: &[u32], block_mm: &[Vec<u64>]) -> RequestHashes {
-        let local = self.local_hashes_mm(tokens, block_mm);
-        let sequence = sequence_hashes(&local);
-        RequestHashes { local, sequence }
+        let mut out = RequestHashes::default();
+        self.hash_request_into(tokens, block_mm, &mut out, &mut Vec::new());
+        out
     }
 }
 
@@ -323,6 +336,25 @@ mod tests {
         assert_eq!(hashes.sequence[0].0, hashes.local[0].0);
         assert_ne!(hashes.sequence[1].0, hashes.local[1].0);
         assert_eq!(hasher.local_hashes(&tokens[..8]), hashes.local);
+    }
+
+    /// The one-pass request hash (sequence hashes taken as block hashes come out) equals the
+    /// two-pass definition, on every path (short blocks, long AVX2 groups and their remainder)
+    /// and into buffers left over from a longer request.
+    #[test]
+    fn one_pass_request_hashes_equal_local_then_sequence() {
+        let tokens: Vec<u32> = (0..4_000u32).map(|t| t.wrapping_mul(2_654_435_761)).collect();
+        let (mut out, mut scratch) = (RequestHashes::default(), Vec::new());
+        for block_size in [1, 16, 60, 61, 64, 100, 256, 257] {
+            let hasher = BlockHasher::new(block_size).unwrap().with_lora("l");
+            for len in [0, 1, 61, 640, 1_000, 4_000] {
+                let local = hasher.local_hashes(&tokens[..len]);
+                let expected = RequestHashes { sequence: sequence_hashes(&local), local };
+                hasher.hash_request_into(&tokens[..len], &[], &mut out, &mut scratch);
+                assert_eq!(out, expected, "block size {block_size}, {len} tokens");
+                assert_eq!(hasher.hash_request(&tokens[..len]), expected);
+            }
+        }
     }
 
     #[test]
