@@ -87,20 +87,26 @@ impl PreciseClock {
         if at <= Instant::now() {
             return;
         }
-        let (done, finished) = oneshot::channel();
-        {
-            let mut state = self.shared.state.lock();
-            if state.stopped {
-                return;
-            }
-            let earliest = state.due.peek().is_none_or(|Reverse(first)| at < first.at);
-            state.due.push(Reverse(Due { at, done }));
-            if earliest {
-                self.shared.changed.notify_one();
-            }
+        if let Some(finished) = self.register(at) {
+            // An error would be the clock gone: nothing left to wait for.
+            let _ = finished.await;
         }
-        // An error would be the clock gone: nothing left to wait for.
-        let _ = finished.await;
+    }
+
+    /// Hands a wait until `at` to the clock's thread, which completes the receiver then;
+    /// `None` once the clock has stopped.
+    fn register(&self, at: Instant) -> Option<oneshot::Receiver<()>> {
+        let (done, finished) = oneshot::channel();
+        let mut state = self.shared.state.lock();
+        if state.stopped {
+            return None;
+        }
+        let earliest = state.due.peek().is_none_or(|Reverse(first)| at < first.at);
+        state.due.push(Reverse(Due { at, done }));
+        if earliest {
+            self.shared.changed.notify_one();
+        }
+        Some(finished)
     }
 }
 
@@ -138,14 +144,56 @@ fn run(shared: &Shared) {
 mod tests {
     use super::*;
 
+    /// The clock's thread ends waits in deadline order, whatever order they came in, each
+    /// without waiting for a later one. They are registered out of order well before the first
+    /// deadline (5 ms out, 3 ms apart), with one far later (2 s), and polled until all but that
+    /// one have ended: waits found ended in the same poll (an observer held back by a busy
+    /// machine) count as a tie, and a second past the deadlines means one waited for a later.
+    #[test]
+    fn the_clock_ends_waits_in_deadline_order() {
+        let clock = PreciseClock::start().unwrap();
+        let start = Instant::now() + Duration::from_millis(5);
+        let at = |millis: u64| start + Duration::from_millis(millis);
+        let mut pending: Vec<(u64, oneshot::Receiver<()>)> = [9, 3, 2_000, 12, 0, 6]
+            .into_iter()
+            .map(|millis| (millis, clock.register(at(millis)).expect("the clock runs")))
+            .collect();
+        let mut polls: Vec<Vec<u64>> = Vec::new();
+        while pending.len() > 1 {
+            assert!(Instant::now() < at(1_000), "a wait still pending: {polls:?} ended");
+            let mut ended = Vec::new();
+            pending.retain_mut(|(millis, finished)| match finished.try_recv() {
+                Ok(()) => {
+                    assert!(Instant::now() >= at(*millis), "{millis} ms: ended early");
+                    ended.push(*millis);
+                    false
+                }
+                Err(oneshot::error::TryRecvError::Empty) => true,
+                Err(oneshot::error::TryRecvError::Closed) => panic!("the clock dropped a wait"),
+            });
+            if !ended.is_empty() {
+                polls.push(ended);
+            }
+            std::thread::yield_now();
+        }
+        for pair in polls.windows(2) {
+            let (earlier, later) = (&pair[0], &pair[1]);
+            assert!(
+                earlier.iter().max() < later.iter().min(),
+                "a later deadline ended first: {polls:?}"
+            );
+        }
+    }
+
+    /// Waits through `sleep_until`, short (the clock's thread alone), long (tokio's timer,
+    /// then the clock's) and already past, all end and none before its deadline.
     #[tokio::test]
-    async fn waits_end_in_deadline_order_and_never_early() {
+    async fn sleeps_never_end_early() {
         let clock = Arc::new(PreciseClock::start().unwrap());
         let start = Instant::now();
         let (sender, mut order) = tokio::sync::mpsc::unbounded_channel();
         let mut waits = Vec::new();
-        // Deadlines given out of order; some under the coarse margin, one over it, one past.
-        for micros in [900u64, 300, 2_600, 0, 600] {
+        for micros in [900u64, 300, 2_600, 0, 600, 50, 6_000] {
             let (clock, sender) = (Arc::clone(&clock), sender.clone());
             let at = start + Duration::from_micros(micros);
             waits.push(tokio::spawn(async move {
@@ -162,8 +210,7 @@ mod tests {
         while let Some(micros) = order.recv().await {
             ended.push(micros);
         }
-        let mut sorted = ended.clone();
-        sorted.sort_unstable();
-        assert_eq!(ended, sorted);
+        ended.sort_unstable();
+        assert_eq!(ended, [0, 50, 300, 600, 900, 2_600, 6_000], "every wait ends");
     }
 }
