@@ -2,7 +2,7 @@
 //! window, `Cleared`, worker restarts, failing recovery calls) against `EventRecovery` in front
 //! of the reference index; after quiescence the index must equal every worker's own record.
 //!
-//! `cargo +nightly fuzz run -O -s none recovery` (from the repository root); the proptest
+//! `cargo +nightly fuzz run -O -s none recovery corpus/recovery` (from `fuzz/`); the proptest
 //! `tests/recovery_props.rs` plays the same harness on stable.
 #![no_main]
 
