@@ -6,8 +6,8 @@
 #[path = "../fuzz/fuzz_targets/index_ops_check.rs"]
 mod index_ops_check;
 
-use std::fs;
-use std::path::Path;
+#[path = "support/fuzz_corpus.rs"]
+mod fuzz_corpus;
 
 use kvroute::index::LaneMode;
 
@@ -21,20 +21,11 @@ fn check_both(data: &[u8]) -> Result<(), String> {
 
 #[test]
 fn checked_in_corpus_agrees_with_the_reference() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/index_ops");
-    let mut replayed = 0;
-    for entry in fs::read_dir(&dir).expect("corpus directory") {
-        let path = entry.unwrap().path();
-        if path.file_name().is_some_and(|name| name.to_string_lossy().starts_with('.')) {
-            continue;
-        }
-        let data = fs::read(&path).unwrap();
+    for (path, data) in fuzz_corpus::inputs("index_ops") {
         if let Err(disagreement) = check_both(&data) {
             panic!("{}: {disagreement}", path.display());
         }
-        replayed += 1;
     }
-    assert!(replayed > 0, "no corpus inputs in {}", dir.display());
 }
 
 #[test]
@@ -56,27 +47,10 @@ fn fixed_seed_inputs_agree_with_the_reference() {
     }
 }
 
-/// The checked-in inputs of fuzz target `target` (hidden files skipped).
-#[cfg(all(feature = "nats", not(loom)))]
-fn corpus(target: &str) -> Vec<(std::path::PathBuf, Vec<u8>)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target);
-    let mut inputs = Vec::new();
-    for entry in fs::read_dir(&dir).expect("corpus directory") {
-        let path = entry.unwrap().path();
-        if path.file_name().is_some_and(|name| name.to_string_lossy().starts_with('.')) {
-            continue;
-        }
-        let data = fs::read(&path).unwrap();
-        inputs.push((path, data));
-    }
-    assert!(!inputs.is_empty(), "no corpus inputs in {}", dir.display());
-    inputs
-}
-
 #[cfg(all(feature = "nats", not(loom)))]
 #[test]
 fn nats_frame_corpus_decodes_or_is_refused() {
-    for (path, data) in corpus("nats_frame") {
+    for (path, data) in fuzz_corpus::inputs("nats_frame") {
         if let Err(error) = kvroute::nats::fuzzing::decode_frame(&data) {
             panic!("{}: {error}", path.display());
         }
@@ -89,7 +63,7 @@ fn nats_frame_corpus_decodes_or_is_refused() {
 #[cfg(all(feature = "nats", not(loom)))]
 #[test]
 fn nats_snapshot_corpus_reassembles_what_the_views_believe() {
-    for (path, data) in corpus("nats_snapshot") {
+    for (path, data) in fuzz_corpus::inputs("nats_snapshot") {
         if let Err(error) = kvroute::nats::fuzzing::reassemble(&data) {
             panic!("{}: {error}", path.display());
         }
