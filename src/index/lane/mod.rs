@@ -9,7 +9,8 @@
 //! - `index_lane.rs`: [`IndexLane`](index_lane::IndexLane), one lane applying its workers'
 //!   events; `chain.rs` checks a `Stored` event's chain before anything changes.
 //! - `lane_trie.rs`: the tree of runs, its splits, and the order it publishes versions in
-//!   (`lane_trie/joins.rs`: runs joined back); `chunked.rs` its node and run arenas,
+//!   (`lane_trie/joins.rs`: runs joined back; `lane_trie/compaction.rs`: ids renumbered densely
+//!   after mass removals); `chunked.rs` its node and run arenas,
 //!   `node_ids.rs` each run's node ids.
 //! - `held_blocks.rs`, `tag_map.rs`, `probe_map.rs`: one worker's engine hash -> node maps.
 //! - `seq_hashes.rs`, `worker_dump.rs`: our sequence hashes of nodes, for snapshots; the
