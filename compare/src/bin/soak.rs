@@ -21,6 +21,8 @@
 //!   built just before its call; medians of three timed passes), bytes per live entry (the
 //!   pool's own accounting, and the process's RSS after `malloc_trim` over the same entries)
 //!   and runs per live block.
+//!   It runs a second time with glibc's trim threshold fixed (`MALLOC_TRIM_THRESHOLD_`), for
+//!   an RSS line that shows what of the growth is glibc keeping the lanes' freed arena tops.
 //! - `kvroute-rebuilt`: the same long-lived pool again, and after each pass a pool rebuilt from
 //!   its `dump_events` (the rebuild path), with the same figures but RSS (the rebuilds' freed
 //!   memory stays in this process).
@@ -325,9 +327,22 @@ struct ChildOutput {
     scores: Vec<Vec<String>>,
 }
 
-fn run_child(shape: Shape, subject: &str, args: &Args) -> Result<ChildOutput, String> {
+/// glibc's trim threshold, fixed for the `kvroute` child's second run. By default glibc raises
+/// it (with its mmap threshold) each time a large mapping is freed, and a thread arena's top is
+/// given back only when it exceeds the threshold (`malloc_trim` trims only the main arena's), so
+/// the lanes' arenas keep their freed tops resident. Setting it also stops the sliding.
+const FIXED_TRIM_THRESHOLD: (&str, &str) = ("MALLOC_TRIM_THRESHOLD_", "131072");
+
+/// Runs `subject`'s passes for `shape` in a child process, with `env` added to its environment.
+fn run_child(
+    shape: Shape,
+    subject: &str,
+    args: &Args,
+    env: &[(&str, &str)],
+) -> Result<ChildOutput, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let output = Command::new(exe)
+        .envs(env.iter().copied())
         .args(["--subject", subject, "--shapes", shape.name()])
         .args(["--passes", &args.passes.to_string(), "--checked", &args.checked.to_string()])
         .stderr(Stdio::inherit())
@@ -355,14 +370,14 @@ fn run_child(shape: Shape, subject: &str, args: &Args) -> Result<ChildOutput, St
     Ok(parsed)
 }
 
-/// Runs the three children for `shape` and prints its table and verdict; whether every target
-/// held.
+/// Runs the children for `shape` and prints its table and verdict; whether every target held.
 fn soak_shape(shape: Shape, args: &Args) -> Result<bool, String> {
     eprintln!("{shape}: {} passes", args.passes);
-    let kvroute = run_child(shape, "kvroute", args)?;
-    let rebuilt = run_child(shape, "kvroute-rebuilt", args)?;
-    let reference = run_child(shape, "kvroute-reference", args)?;
-    let dynamo = run_child(shape, "dynamo-crtc", args)?;
+    let kvroute = run_child(shape, "kvroute", args, &[])?;
+    let fixed_trim = run_child(shape, "kvroute", args, &[FIXED_TRIM_THRESHOLD])?;
+    let rebuilt = run_child(shape, "kvroute-rebuilt", args, &[])?;
+    let reference = run_child(shape, "kvroute-reference", args, &[])?;
+    let dynamo = run_child(shape, "dynamo-crtc", args, &[])?;
     let get = |pass: &HashMap<String, f64>, key: &str| pass.get(key).copied().unwrap_or(f64::NAN);
     println!(
         "\n## {shape}: {} passes, {} lanes; latencies in µs, ingest in M block ops/s\n",
@@ -463,6 +478,14 @@ fn soak_shape(shape: Shape, args: &Args) -> Result<bool, String> {
         println!(
             "{shape} {what}: {value:.3} (target ≤ {limit:.2}) {}",
             if ok { "met" } else { "MISSED" }
+        );
+    }
+    if let (Some(first), Some(last)) = (fixed_trim.passes.first(), fixed_trim.passes.last()) {
+        println!(
+            "{shape} RSS per entry, last pass / first, in a second run with {}={}: {:.3} (not a target: glibc's thresholds fixed)",
+            FIXED_TRIM_THRESHOLD.0,
+            FIXED_TRIM_THRESHOLD.1,
+            ratio(get(last, "rss"), get(first, "rss")),
         );
     }
     println!(
