@@ -25,7 +25,8 @@
 //!   an RSS line that shows what of the growth is glibc keeping the lanes' freed arena tops.
 //! - `kvroute-rebuilt`: the same long-lived pool again, and after each pass a pool rebuilt from
 //!   its `dump_events` (the rebuild path), with the same figures but RSS (the rebuilds' freed
-//!   memory stays in this process).
+//!   memory stays in this process). Its latencies are timed in turn with the long-lived pool's,
+//!   round by round, so that the two can be compared at the same moments of the host.
 //! - `kvroute-reference`: `ReferenceIndex` fed the same events; its answers to a second sample
 //!   are compared with the long-lived pool's, query by query, pass by pass (disagreements).
 //! - `dynamo-crtc`: Dynamo's `ThreadPoolIndexer<ConcurrentRadixTreeCompressed>` (2 lanes): ingest,
@@ -199,9 +200,35 @@ fn ingest<S: Subject>(subject: &S, events: &[RouterEvent]) -> f64 {
 /// passes, after a warm-up pass.
 fn latency<S: Subject>(subject: &S, queries: &[&[LocalBlockHash]]) -> (f64, f64) {
     time_just_built(subject, queries);
+    medians((0..3).map(|_| time_just_built(subject, queries)).collect())
+}
+
+/// [`latency`] of two subjects timed in turn (three rounds, each a pass over `queries` per
+/// subject, the order alternating), so that both see the same moments of the host.
+fn latency_beside<A: Subject, B: Subject>(
+    a: &A,
+    b: &B,
+    queries: &[&[LocalBlockHash]],
+) -> ((f64, f64), (f64, f64)) {
+    time_just_built(a, queries);
+    time_just_built(b, queries);
+    let (mut a_rounds, mut b_rounds) = (Vec::new(), Vec::new());
+    for round in 0..3 {
+        if round % 2 == 0 {
+            a_rounds.push(time_just_built(a, queries));
+            b_rounds.push(time_just_built(b, queries));
+        } else {
+            b_rounds.push(time_just_built(b, queries));
+            a_rounds.push(time_just_built(a, queries));
+        }
+    }
+    (medians(a_rounds), medians(b_rounds))
+}
+
+/// The medians over timed passes (nanoseconds per call) of their p50 and p99, microseconds.
+fn medians(rounds: Vec<Vec<u64>>) -> (f64, f64) {
     let (mut p50s, mut p99s) = (Vec::new(), Vec::new());
-    for _ in 0..3 {
-        let mut samples = time_just_built(subject, queries);
+    for mut samples in rounds {
         p50s.push(percentile(&mut samples, 50.0).unwrap_or(0));
         p99s.push(percentile(&mut samples, 99.0).unwrap_or(0));
     }
@@ -260,10 +287,12 @@ fn child(args: &Args, subject: &str) -> Result<(), String> {
             for pass in 0..args.passes {
                 ingest(&long_lived, &fleet.pass(pass));
                 let rebuilt = rebuild(long_lived.pool())?;
-                let (p50, p99) = latency(&rebuilt, &timed);
+                let ((p50, p99), (beside_p50, beside_p99)) =
+                    latency_beside(&rebuilt, &long_lived, &timed);
                 let stats = rebuilt.pool().stats();
                 println!(
-                    "PASS {pass} live={} p50={p50:.3} p99={p99:.3} bytes={:.1} runs={:.4}",
+                    "PASS {pass} live={} p50={p50:.3} p99={p99:.3} beside_p50={beside_p50:.3} \
+                     beside_p99={beside_p99:.3} bytes={:.1} runs={:.4}",
                     stats.live_entries,
                     bytes_per_entry(&stats),
                     runs_per_block(&stats),
@@ -480,6 +509,27 @@ fn soak_shape(shape: Shape, args: &Args) -> Result<bool, String> {
             if ok { "met" } else { "MISSED" }
         );
     }
+    // The same latencies taken beside a rebuilt pool, in turn in one process: what of the drift
+    // is the index rather than the host.
+    let beside = |passes: &[HashMap<String, f64>], key: &str| {
+        let mut ratios: Vec<f64> = passes
+            .iter()
+            .map(|pass| ratio(get(pass, &format!("beside_{key}")), get(pass, key)))
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        ratios[ratios.len() / 2]
+    };
+    let (rebuilt_early, rebuilt_late) = (
+        &rebuilt.passes[..window.min(rebuilt.passes.len())],
+        &rebuilt.passes[rebuilt.passes.len().saturating_sub(window)..],
+    );
+    println!(
+        "{shape} p50 / p99 of the long-lived pool over a rebuilt one timed beside it (medians of per-pass ratios): first 5 {:.3} / {:.3}, last 5 {:.3} / {:.3} (not a target: the drift without the host's)",
+        beside(rebuilt_early, "p50"),
+        beside(rebuilt_early, "p99"),
+        beside(rebuilt_late, "p50"),
+        beside(rebuilt_late, "p99"),
+    );
     if let (Some(first), Some(last)) = (fixed_trim.passes.first(), fixed_trim.passes.last()) {
         println!(
             "{shape} RSS per entry, last pass / first, in a second run with {}={}: {:.3} (not a target: glibc's thresholds fixed)",
