@@ -262,6 +262,10 @@ fn child(args: &Args, subject: &str) -> Result<(), String> {
     };
     match subject {
         "kvroute" => {
+            let run = match std::env::var_os(FIXED_TRIM_THRESHOLD.0) {
+                Some(_) => " (trim threshold fixed)",
+                None => "",
+            };
             let long_lived = KvroutePool::new(LANES);
             for pass in 0..args.passes {
                 let rate = ingest(&long_lived, &fleet.pass(pass));
@@ -277,7 +281,7 @@ fn child(args: &Args, subject: &str) -> Result<(), String> {
                     long_lived.rejected().unwrap_or(0),
                 );
                 println!("SCORES {pass} {}", score_digests(&long_lived, &checked));
-                eprintln!("  {shape} kvroute: pass {} of {} done", pass + 1, args.passes);
+                eprintln!("  {shape} kvroute{run}: pass {} of {} done", pass + 1, args.passes);
             }
         }
         "kvroute-rebuilt" => {
@@ -287,12 +291,12 @@ fn child(args: &Args, subject: &str) -> Result<(), String> {
             for pass in 0..args.passes {
                 ingest(&long_lived, &fleet.pass(pass));
                 let rebuilt = rebuild(long_lived.pool())?;
-                let ((p50, p99), (beside_p50, beside_p99)) =
+                let ((p50, p99), (long_lived_p50, long_lived_p99)) =
                     latency_beside(&rebuilt, &long_lived, &timed);
                 let stats = rebuilt.pool().stats();
                 println!(
-                    "PASS {pass} live={} p50={p50:.3} p99={p99:.3} beside_p50={beside_p50:.3} \
-                     beside_p99={beside_p99:.3} bytes={:.1} runs={:.4}",
+                    "PASS {pass} live={} p50={p50:.3} p99={p99:.3} long_lived_p50={long_lived_p50:.3} \
+                     long_lived_p99={long_lived_p99:.3} bytes={:.1} runs={:.4}",
                     stats.live_entries,
                     bytes_per_entry(&stats),
                     runs_per_block(&stats),
@@ -514,7 +518,7 @@ fn soak_shape(shape: Shape, args: &Args) -> Result<bool, String> {
     let beside = |passes: &[HashMap<String, f64>], key: &str| {
         let mut ratios: Vec<f64> = passes
             .iter()
-            .map(|pass| ratio(get(pass, &format!("beside_{key}")), get(pass, key)))
+            .map(|pass| ratio(get(pass, &format!("long_lived_{key}")), get(pass, key)))
             .collect();
         ratios.sort_by(f64::total_cmp);
         ratios[ratios.len() / 2]
