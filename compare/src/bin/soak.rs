@@ -479,10 +479,12 @@ fn soak_shape(shape: Shape, args: &Args) -> Result<bool, String> {
     // A pass's latency moves by tens of percent with the host; the medians of five passes
     // (the last five against the first five, or all there are) say whether it drifts.
     let window = kvroute.passes.len().min(5);
-    let median_of = |passes: &[HashMap<String, f64>], key: &str| {
-        let mut values: Vec<f64> = passes.iter().map(|pass| get(pass, key)).collect();
+    let median = |mut values: Vec<f64>| {
         values.sort_by(f64::total_cmp);
         values[values.len() / 2]
+    };
+    let median_of = |passes: &[HashMap<String, f64>], key: &str| {
+        median(passes.iter().map(|pass| get(pass, key)).collect())
     };
     let (early, late) =
         (&kvroute.passes[..window], &kvroute.passes[kvroute.passes.len() - window..]);
@@ -516,12 +518,8 @@ fn soak_shape(shape: Shape, args: &Args) -> Result<bool, String> {
     // The same latencies taken beside a rebuilt pool, in turn in one process: what of the drift
     // is the index rather than the host.
     let beside = |passes: &[HashMap<String, f64>], key: &str| {
-        let mut ratios: Vec<f64> = passes
-            .iter()
-            .map(|pass| ratio(get(pass, &format!("long_lived_{key}")), get(pass, key)))
-            .collect();
-        ratios.sort_by(f64::total_cmp);
-        ratios[ratios.len() / 2]
+        let long_lived = format!("long_lived_{key}");
+        median(passes.iter().map(|pass| ratio(get(pass, &long_lived), get(pass, key))).collect())
     };
     let (rebuilt_early, rebuilt_late) = (
         &rebuilt.passes[..window.min(rebuilt.passes.len())],
