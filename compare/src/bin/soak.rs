@@ -25,8 +25,9 @@
 //!   an RSS line that shows what of the growth is glibc keeping the lanes' freed arena tops.
 //! - `kvroute-rebuilt`: the same long-lived pool again, and after each pass a pool rebuilt from
 //!   its `dump_events` (the rebuild path), with the same figures but RSS (the rebuilds' freed
-//!   memory stays in this process). Its latencies are timed in turn with the long-lived pool's,
-//!   round by round, so that the two can be compared at the same moments of the host.
+//!   memory stays in this process), and a fresh pool fed every event of every pass so far, in
+//!   order (the same history without the long life). The three are timed in turn, round by
+//!   round, so that they can be compared at the same moments of the host.
 //! - `kvroute-reference`: `ReferenceIndex` fed the same events; its answers to a second sample
 //!   are compared with the long-lived pool's, query by query, pass by pass (disagreements).
 //! - `dynamo-crtc`: Dynamo's `ThreadPoolIndexer<ConcurrentRadixTreeCompressed>` (2 lanes): ingest,
@@ -203,26 +204,23 @@ fn latency<S: Subject>(subject: &S, queries: &[&[LocalBlockHash]]) -> (f64, f64)
     medians((0..3).map(|_| time_just_built(subject, queries)).collect())
 }
 
-/// [`latency`] of two subjects timed in turn (three rounds, each a pass over `queries` per
-/// subject, the order alternating), so that both see the same moments of the host.
-fn latency_beside<A: Subject, B: Subject>(
-    a: &A,
-    b: &B,
+/// [`latency`] of several subjects timed in turn (three rounds, the order rotating), so that
+/// all see the same moments of the host. In each round a subject is timed over `queries` right
+/// after an untimed pass over them, so that, as in [`latency`], its memory is as warm as it
+/// would be alone.
+fn latency_in_turn<S: Subject, const N: usize>(
+    subjects: [&S; N],
     queries: &[&[LocalBlockHash]],
-) -> ((f64, f64), (f64, f64)) {
-    time_just_built(a, queries);
-    time_just_built(b, queries);
-    let (mut a_rounds, mut b_rounds) = (Vec::new(), Vec::new());
+) -> [(f64, f64); N] {
+    let mut rounds: [Vec<Vec<u64>>; N] = std::array::from_fn(|_| Vec::new());
     for round in 0..3 {
-        if round % 2 == 0 {
-            a_rounds.push(time_just_built(a, queries));
-            b_rounds.push(time_just_built(b, queries));
-        } else {
-            b_rounds.push(time_just_built(b, queries));
-            a_rounds.push(time_just_built(a, queries));
+        for turn in 0..N {
+            let at = (round + turn) % N;
+            time_just_built(subjects[at], queries);
+            rounds[at].push(time_just_built(subjects[at], queries));
         }
     }
-    (medians(a_rounds), medians(b_rounds))
+    rounds.map(medians)
 }
 
 /// The medians over timed passes (nanoseconds per call) of their p50 and p99, microseconds.
@@ -288,19 +286,26 @@ fn child(args: &Args, subject: &str) -> Result<(), String> {
             // The same long-lived pool, rebuilt from its dump after every pass (in a process
             // of its own: the rebuilds' freed memory would blur the long-lived pool's RSS).
             let long_lived = KvroutePool::new(LANES);
+            let mut history = Vec::new();
             for pass in 0..args.passes {
-                ingest(&long_lived, &fleet.pass(pass));
+                let events = fleet.pass(pass);
+                ingest(&long_lived, &events);
+                history.extend(events);
                 let rebuilt = rebuild(long_lived.pool())?;
-                let ((p50, p99), (long_lived_p50, long_lived_p99)) =
-                    latency_beside(&rebuilt, &long_lived, &timed);
+                let replayed = KvroutePool::new(LANES);
+                ingest(&replayed, &history);
+                let [(p50, p99), (long_lived_p50, long_lived_p99), (replayed_p50, replayed_p99)] =
+                    latency_in_turn([&rebuilt, &long_lived, &replayed], &timed);
                 let stats = rebuilt.pool().stats();
                 println!(
                     "PASS {pass} live={} p50={p50:.3} p99={p99:.3} long_lived_p50={long_lived_p50:.3} \
-                     long_lived_p99={long_lived_p99:.3} bytes={:.1} runs={:.4}",
+                     long_lived_p99={long_lived_p99:.3} replayed_p50={replayed_p50:.3} \
+                     replayed_p99={replayed_p99:.3} bytes={:.1} runs={:.4}",
                     stats.live_entries,
                     bytes_per_entry(&stats),
                     runs_per_block(&stats),
                 );
+                eprintln!("  {shape} kvroute-rebuilt: pass {} of {} done", pass + 1, args.passes);
             }
         }
         "kvroute-reference" => {
@@ -417,7 +422,7 @@ fn soak_shape(shape: Shape, args: &Args) -> Result<bool, String> {
         args.passes, LANES
     );
     println!(
-        "{:>4} {:>8} | {:>7} {:>6} {:>6} {:>6} {:>6} {:>7} | {:>6} {:>6} {:>6} {:>7} | {:>5} | {:>7} {:>6} {:>6} {:>6}",
+        "{:>4} {:>8} | {:>7} {:>6} {:>6} {:>6} {:>6} {:>7} | {:>6} {:>6} {:>6} {:>7} | {:>6} {:>6} | {:>5} | {:>7} {:>6} {:>6} {:>6}",
         "pass",
         "live",
         "ingest",
@@ -430,6 +435,8 @@ fn soak_shape(shape: Shape, args: &Args) -> Result<bool, String> {
         "p99",
         "B/ent",
         "runs/b",
+        "p50",
+        "p99",
         "diff",
         "ingest",
         "p50",
@@ -437,8 +444,8 @@ fn soak_shape(shape: Shape, args: &Args) -> Result<bool, String> {
         "RSS/e"
     );
     println!(
-        "{:>13} | {:^46} | {:^30} |       | {:^30}",
-        "", "kvroute, long-lived", "kvroute, rebuilt", "dynamo CRTC"
+        "{:>13} | {:^46} | {:^30} | {:^13} |       | {:^30}",
+        "", "kvroute, long-lived", "kvroute, rebuilt", "same history", "dynamo CRTC"
     );
     let mut disagreements = 0;
     for (at, pass) in kvroute.passes.iter().enumerate() {
@@ -450,7 +457,7 @@ fn soak_shape(shape: Shape, args: &Args) -> Result<bool, String> {
         let crtc = dynamo.passes.get(at).cloned().unwrap_or_default();
         let fresh = rebuilt.passes.get(at).cloned().unwrap_or_default();
         println!(
-            "{:>4} {:>8} | {:>7.2} {:>6.2} {:>6.2} {:>6.1} {:>6.1} {:>7.4} | {:>6.2} {:>6.2} {:>6.1} {:>7.4} | {:>5} | {:>7.2} {:>6.2} {:>6.2} {:>6.1}",
+            "{:>4} {:>8} | {:>7.2} {:>6.2} {:>6.2} {:>6.1} {:>6.1} {:>7.4} | {:>6.2} {:>6.2} {:>6.1} {:>7.4} | {:>6.2} {:>6.2} | {:>5} | {:>7.2} {:>6.2} {:>6.2} {:>6.1}",
             at + 1,
             get(pass, "live"),
             get(pass, "ingest"),
@@ -463,6 +470,8 @@ fn soak_shape(shape: Shape, args: &Args) -> Result<bool, String> {
             get(&fresh, "p99"),
             get(&fresh, "bytes"),
             get(&fresh, "runs"),
+            get(&fresh, "replayed_p50"),
+            get(&fresh, "replayed_p99"),
             diff,
             get(&crtc, "ingest"),
             get(&crtc, "p50"),
@@ -515,11 +524,11 @@ fn soak_shape(shape: Shape, args: &Args) -> Result<bool, String> {
             if ok { "met" } else { "MISSED" }
         );
     }
-    // The same latencies taken beside a rebuilt pool, in turn in one process: what of the drift
-    // is the index rather than the host.
-    let beside = |passes: &[HashMap<String, f64>], key: &str| {
-        let long_lived = format!("long_lived_{key}");
-        median(passes.iter().map(|pass| ratio(get(pass, &long_lived), get(pass, key))).collect())
+    // The same latencies taken beside a rebuilt pool and a fresh replay of the whole history,
+    // in turn in one process: what of the drift is the long life rather than the host or the
+    // history.
+    let per_pass = |passes: &[HashMap<String, f64>], of: &str, over: &str| {
+        median(passes.iter().map(|pass| ratio(get(pass, of), get(pass, over))).collect())
     };
     let (rebuilt_early, rebuilt_late) = (
         &rebuilt.passes[..window.min(rebuilt.passes.len())],
@@ -527,10 +536,19 @@ fn soak_shape(shape: Shape, args: &Args) -> Result<bool, String> {
     );
     println!(
         "{shape} p50 / p99 of the long-lived pool over a rebuilt one timed beside it (medians of per-pass ratios): first 5 {:.3} / {:.3}, last 5 {:.3} / {:.3} (not a target: the drift without the host's)",
-        beside(rebuilt_early, "p50"),
-        beside(rebuilt_early, "p99"),
-        beside(rebuilt_late, "p50"),
-        beside(rebuilt_late, "p99"),
+        per_pass(rebuilt_early, "long_lived_p50", "p50"),
+        per_pass(rebuilt_early, "long_lived_p99", "p99"),
+        per_pass(rebuilt_late, "long_lived_p50", "p50"),
+        per_pass(rebuilt_late, "long_lived_p99", "p99"),
+    );
+    println!(
+        "{shape} p50 / p99 of a fresh pool fed the same history, last 5 passes / first 5 (medians): {:.3} / {:.3}; the long-lived pool over it, first 5 {:.3} / {:.3}, last 5 {:.3} / {:.3} (not a target: the drift any pool with this history has)",
+        ratio(median_of(rebuilt_late, "replayed_p50"), median_of(rebuilt_early, "replayed_p50")),
+        ratio(median_of(rebuilt_late, "replayed_p99"), median_of(rebuilt_early, "replayed_p99")),
+        per_pass(rebuilt_early, "long_lived_p50", "replayed_p50"),
+        per_pass(rebuilt_early, "long_lived_p99", "replayed_p99"),
+        per_pass(rebuilt_late, "long_lived_p50", "replayed_p50"),
+        per_pass(rebuilt_late, "long_lived_p99", "replayed_p99"),
     );
     if let (Some(first), Some(last)) = (fixed_trim.passes.first(), fixed_trim.passes.last()) {
         println!(
