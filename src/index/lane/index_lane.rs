@@ -25,7 +25,7 @@ use crate::index::lane::restarts::{LaneRestart, RestartLog};
 use crate::index::lane::routes::Routes;
 use crate::index::lane::seq_hashes::SeqHashes;
 use crate::index::lane::spent::{SPENT_BATCH, SpentList};
-use crate::index::lane::worker_dump::dump_worker;
+use crate::index::lane::worker_dump::dump_lane;
 use crate::mix::Mixer;
 use crate::pool::Lane;
 use crate::prefetch::prefetch_slice;
@@ -419,24 +419,9 @@ impl IndexLane {
             .collect()
     }
 
-    /// Events that rebuild this lane's workers, in worker order.
+    /// Events that rebuild this lane's workers (see [`dump_lane`]).
     pub(crate) fn dump_events(&self) -> Vec<RouterEvent> {
-        let mut workers: Vec<_> = self.workers.iter().collect();
-        workers.sort_unstable_by_key(|&(worker, _)| *worker);
-        let guard = epoch::pin();
-        let mut events = Vec::new();
-        for (&worker, held) in workers {
-            if held.len() == 0 {
-                events.push(RouterEvent::stored(worker, 0, None, Vec::new()));
-            }
-            for (parent, blocks, placeholders) in dump_worker(held, &self.trie, &guard) {
-                events.push(RouterEvent::stored(worker, 0, parent, blocks));
-                if !placeholders.is_empty() {
-                    events.push(RouterEvent::removed(worker, 0, placeholders));
-                }
-            }
-        }
-        events
+        dump_lane(self.workers.iter(), &self.trie, &epoch::pin())
     }
 
     fn publish_sizes(&mut self) {

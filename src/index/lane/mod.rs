@@ -14,7 +14,7 @@
 //!   `node_ids.rs` each run's node ids.
 //! - `held_blocks.rs`, `tag_map.rs`, `probe_map.rs`: one worker's engine hash -> node maps.
 //! - `seq_hashes.rs`, `worker_dump.rs`: our sequence hashes of nodes, for snapshots; the
-//!   `Stored` events that rebuild a worker.
+//!   `Stored` events that rebuild the lane's workers.
 //! - `routes.rs`, `restarts.rs`: which lane each worker's events go to; the log of lanes that
 //!   panicked and started over.
 //! - `spent.rs`, `handback.rs`: applied events' block lists, handed back for producers to free.
