@@ -252,7 +252,7 @@ fn a_dump_is_one_chain_per_leaf_and_rebuilds_the_same_runs() {
         // A throwaway chain, so that the document's nodes reuse freed ids.
         RouterEvent::stored(c, 0, None, blocks(3, 500..530)),
         RouterEvent::removed(c, 1, (500..530).rev().map(|l| SequenceHash(3000 + l)).collect()),
-        // The document in pieces, tail first for b.
+        // The document in pieces for a, whole for b, its first 12 blocks for c.
         RouterEvent::stored(a, 0, None, blocks(1, 0..10)),
         RouterEvent::stored(a, 1, after(1, 9), blocks(1, 10..20)),
         RouterEvent::stored(a, 2, after(1, 19), blocks(1, 100..105)),
