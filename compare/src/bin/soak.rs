@@ -525,8 +525,8 @@ fn soak_shape(shape: Shape, args: &Args) -> Result<bool, String> {
         );
     }
     // The same latencies taken beside a rebuilt pool and a fresh replay of the whole history,
-    // in turn in one process: what of the drift is the long life rather than the host or the
-    // history.
+    // in turn in one process: what restoring the state from a dump would give, and what of the
+    // drift is the long life rather than the host or the history.
     let per_pass = |passes: &[HashMap<String, f64>], of: &str, over: &str| {
         median(passes.iter().map(|pass| ratio(get(pass, of), get(pass, over))).collect())
     };
@@ -535,7 +535,7 @@ fn soak_shape(shape: Shape, args: &Args) -> Result<bool, String> {
         &rebuilt.passes[rebuilt.passes.len().saturating_sub(window)..],
     );
     println!(
-        "{shape} p50 / p99 of the long-lived pool over a rebuilt one timed beside it (medians of per-pass ratios): first 5 {:.3} / {:.3}, last 5 {:.3} / {:.3} (not a target: the drift without the host's)",
+        "{shape} p50 / p99 of the long-lived pool over a rebuilt one timed beside it (medians of per-pass ratios): first 5 {:.3} / {:.3}, last 5 {:.3} / {:.3} (not a target: what restoring from a dump would give)",
         per_pass(rebuilt_early, "long_lived_p50", "p50"),
         per_pass(rebuilt_early, "long_lived_p99", "p99"),
         per_pass(rebuilt_late, "long_lived_p50", "p50"),
