@@ -85,8 +85,7 @@ fn dump_worker(held: &HeldBlocks, trie: &LaneTrie, guard: &Guard) -> Vec<DumpedC
     // The chain each block already cut is in.
     let mut cut: U64Map<usize> = U64Map::default();
     let mut chains = Vec::new();
-    // Per chain, its first node and the chain it hangs from.
-    let mut firsts: Vec<NodeId> = Vec::new();
+    // Per chain, the chain it hangs from.
     let mut hangs_from: Vec<Option<usize>> = Vec::new();
     let mut next_placeholder = 0u64;
     // The nodes with a block the worker holds below them.
@@ -138,14 +137,12 @@ fn dump_worker(held: &HeldBlocks, trie: &LaneTrie, guard: &Guard) -> Vec<DumpedC
                 StoredBlock { local: trie.local(node, guard), hash }
             })
             .collect();
-        let first_node = chain[0].1;
-        chains.push(Some(DumpedChain {
+        chains.push(DumpedChain {
             parent: anchor.map(|(hash, _)| hash),
             blocks,
             placeholders,
-            first_node,
-        }));
-        firsts.push(first_node);
+            first_node: chain[0].1,
+        });
         hangs_from.push(anchor.map(|(_, from)| from));
     }
     // Each chain once the one it hangs from is out, the smallest first node first.
@@ -154,13 +151,14 @@ fn dump_worker(held: &HeldBlocks, trie: &LaneTrie, guard: &Guard) -> Vec<DumpedC
     for (at, from) in hangs_from.into_iter().enumerate() {
         match from {
             Some(from) => below[from].push(at),
-            None => ready.push(Reverse((firsts[at], at))),
+            None => ready.push(Reverse((chains[at].first_node, at))),
         }
     }
-    let mut out = Vec::with_capacity(chains.len());
+    let mut order = Vec::with_capacity(chains.len());
     while let Some(Reverse((_, at))) = ready.pop() {
-        ready.extend(below[at].iter().map(|&child| Reverse((firsts[child], child))));
-        out.extend(chains[at].take());
+        ready.extend(below[at].iter().map(|&child| Reverse((chains[child].first_node, child))));
+        order.push(at);
     }
-    out
+    let mut chains: Vec<Option<DumpedChain>> = chains.into_iter().map(Some).collect();
+    order.into_iter().filter_map(|at| chains[at].take()).collect()
 }
