@@ -318,6 +318,7 @@ impl LaneTrie {
     }
 
     /// `worker`'s walk, at `node` (the root if `None`), for [`Self::step`].
+    #[inline]
     pub(crate) fn cursor<'g>(
         &self,
         worker: Worker,
@@ -334,6 +335,7 @@ impl LaneTrie {
     /// Moves `cursor` to the child of its node with content `local` and returns it, if it
     /// exists (else the cursor stays). Inside a run that reads the run's version at hand, not
     /// the node's position and the run's record again.
+    #[inline]
     pub(crate) fn step<'g>(
         &self,
         cursor: &mut Cursor<'g>,
@@ -365,6 +367,7 @@ impl LaneTrie {
     }
 
     /// Whether the cursor's worker holds the node it is at (not the root).
+    #[inline]
     pub(crate) fn holds_at(&self, cursor: &mut Cursor<'_>) -> bool {
         let Some((_, _, _, state)) = cursor.at else { return false };
         *cursor.holds.get_or_insert_with(|| {
@@ -598,7 +601,7 @@ impl LaneTrie {
             members: state.members.get(),
         };
         self.publish(run, head, guard);
-        self.free_nodes.extend(dropped.iter());
+        dropped.copy_into(&mut self.free_nodes);
     }
 
     /// Changes the node ids of `run` by `change`, keeping [`Self::run_bytes`].
@@ -690,10 +693,10 @@ impl LaneTrie {
             Some(id) => id,
             None => self.runs.push(None) as RunId,
         };
-        for (offset, node) in ids.iter().enumerate() {
+        ids.iter().enumerate().for_each(|(offset, node)| {
             let pos = &mut self.nodes[node as usize];
             (pos.run, pos.offset) = (id, offset as u32);
-        }
+        });
         let run = Run::version(id, parent_tail, state, &mut self.versions);
         let key = self.table.table().key_of(&run);
         let at = VersionPtr::of(&run);
@@ -717,7 +720,7 @@ impl LaneTrie {
             self.free_runs.push(run);
             let key = self.table.table().key_of(meta.run());
             self.table.remove(key, meta.run(), guard, &mut self.retired);
-            self.free_nodes.extend(meta.ids.iter());
+            meta.ids.copy_into(&mut self.free_nodes);
             if meta.parent == ROOT {
                 return;
             }

@@ -36,11 +36,11 @@ impl LaneTrie {
             let meta = meta.as_mut().expect("compacted runs are live");
             meta.run().id.store(id as RunId, Ordering::Relaxed);
             let first = nodes.len() as NodeId;
-            for (offset, node) in meta.ids.iter().enumerate() {
+            meta.ids.iter().enumerate().for_each(|(offset, node)| {
                 let name = self.nodes[node as usize].name;
                 node_map[node as usize] = nodes.len() as NodeId;
                 nodes.push(NodePos { run: id as RunId, offset: offset as u32, name });
-            }
+            });
             // Renumbered in order: every run's ids are a span now.
             meta.ids = NodeIds::Span { first, len: meta.ids.len() as u32 };
         }

@@ -96,10 +96,10 @@ impl LaneTrie {
         self.run_bytes -= super::run_heap_bytes(&tail_meta);
         self.free_runs.push(tail);
         let offset = head_state.len();
-        for (step, node) in tail_meta.ids.iter().enumerate() {
+        tail_meta.ids.iter().enumerate().for_each(|(step, node)| {
             let pos = &mut self.nodes[node as usize];
             (pos.run, pos.offset) = (head, (offset + step) as u32);
-        }
+        });
         self.change_ids(head, |ids| ids.append(&tail_meta.ids));
         let head_meta = self.meta_mut(head);
         (head_meta.children, head_meta.child_xor) = (tail_meta.children, tail_meta.child_xor);
