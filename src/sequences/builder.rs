@@ -11,14 +11,16 @@ use super::multi::MultiWorkerSequences;
 use super::replica::SequencePublisher;
 use crate::sync::Arc;
 
-/// Worker shards by default: two writers on different workers rarely share a lock, and an
-/// all-worker query (one trie walk per shard) stays short. A prefix shared by several workers
-/// is stored and walked once per shard, and a query that finds the tries out of cache pays for
-/// every walk: 2 rather than 4 took the `documents` query's quiescent p99 from 0.47–0.48×
-/// Dynamo's to 0.37–0.39× (`kvroute-compare`'s `sequences`), as 4 rather than 8 had taken the
-/// medians down 15–35%. Callers with many concurrent writers may want more
-/// ([`SequencesBuilder::worker_shards`]).
-pub const DEFAULT_WORKER_SHARDS: usize = 2;
+/// Worker shards by default: one. An all-worker query walks one trie per shard, and a prefix
+/// shared by several workers is stored and walked once per shard, so fewer shards answer
+/// faster: 1 rather than 2 took the `documents` query's full-churn p99 (`kvroute-compare`'s
+/// `sequences`, another thread adding and freeing at full speed) from 0.49–0.57× Dynamo's to
+/// 0.42–0.55×, as 2 rather than 4 had taken its quiescent p99 from 0.47–0.48× to 0.37–0.39×.
+/// What one shard gives up is writers on different workers working in parallel: two threads
+/// adding and freeing at full speed on 64 workers made 1.0–1.3 M pairs/s with one shard and
+/// 1.3–1.5 M with two, far above what a router's requests ask (a few writes per request).
+/// Callers with many concurrent writers may want more ([`SequencesBuilder::worker_shards`]).
+pub const DEFAULT_WORKER_SHARDS: usize = 1;
 
 /// Request-index shards by default.
 pub const DEFAULT_REQUEST_SHARDS: usize = 64;
