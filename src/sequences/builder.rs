@@ -14,8 +14,9 @@ use crate::sync::Arc;
 /// Worker shards by default: one. An all-worker query walks one trie per shard, and a prefix
 /// shared by several workers is stored and walked once per shard, so fewer shards answer
 /// faster: 1 rather than 2 took the `documents` query's full-churn p99 (`kvroute-compare`'s
-/// `sequences`, another thread adding and freeing at full speed) from 0.49–0.57× Dynamo's to
-/// 0.42–0.55×, as 2 rather than 4 had taken its quiescent p99 from 0.47–0.48× to 0.37–0.39×.
+/// `sequences`, another thread adding and freeing at full speed; sittings' medians) from
+/// 0.45–0.64× Dynamo's to 0.42–0.55×, as 2 rather than 4 had taken its quiescent p99 from
+/// 0.47–0.48× to 0.37–0.39×.
 /// What one shard gives up is writers on different workers working in parallel: two threads
 /// adding and freeing at full speed on 64 workers made 1.0–1.3 M pairs/s with one shard and
 /// 1.3–1.5 M with two, far above what a router's requests ask (a few writes per request).
