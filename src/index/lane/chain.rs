@@ -37,6 +37,7 @@ impl Chain {
     /// Checks `blocks`, below `start` (the root if `None`), against `trie` and the names
     /// `worker` gave in `held`. On a conflict the names entered are taken out again, the
     /// reserved ids given back, and the first offending engine hash returned.
+    #[inline]
     pub(crate) fn check(
         &mut self,
         (worker, held): (Worker, &mut HeldBlocks),

@@ -378,6 +378,7 @@ impl LaneTrie {
 
     /// Makes `worker` a holder of `path`: consecutive nodes of one branch (skipping ones it
     /// holds), none of which it holds.
+    #[inline]
     pub(crate) fn add_holder(&mut self, worker: Worker, path: &[NodeId], guard: &Guard) {
         let mut at = 0;
         while at < path.len() {
@@ -398,6 +399,7 @@ impl LaneTrie {
 
     /// Adds a branch held by `worker` below `at` (the root if `None`), which `worker` holds if
     /// it is a node, as the nodes `ids` (from [`Self::reserve_node`]).
+    #[inline]
     pub(crate) fn append(
         &mut self,
         worker: Worker,
