@@ -149,15 +149,7 @@ impl NodeIds {
                     down: false,
                 }));
             }
-            (_, Self::Stretches(stretches)) => {
-                let starts = std::iter::once(0).chain(stretches.iter().map(|stretch| stretch.end));
-                let pieces = stretches.iter().zip(starts).map(|(stretch, start)| Piece {
-                    first: stretch.first & !DOWN,
-                    len: stretch.end - start,
-                    down: stretch.first & DOWN != 0,
-                });
-                self.extend_pieces(pieces);
-            }
+            (_, Self::Stretches(stretches)) => self.extend_pieces(stretch_pieces(stretches, 0)),
         }
     }
 
@@ -329,20 +321,19 @@ impl ExactSizeIterator for Iter<'_> {}
 #[inline(never)]
 fn fold_stretched<B>(
     stretches: &[Stretch],
-    mut start: u32,
+    start: u32,
     step: u32,
     init: B,
     mut f: impl FnMut(B, NodeId) -> B,
 ) -> B {
     let mut acc = init;
-    for (at, &Stretch { first, end }) in stretches.iter().enumerate() {
-        let (from, len, base) = (if at == 0 { step } else { 0 }, end - start, first & !DOWN);
-        acc = if first & DOWN == 0 {
-            (base + from..base + len).fold(acc, &mut f)
+    for (at, Piece { first, len, down }) in stretch_pieces(stretches, start).enumerate() {
+        let from = if at == 0 { step } else { 0 };
+        acc = if down {
+            (first + 1 - len..=first - from).rev().fold(acc, &mut f)
         } else {
-            (base + 1 - len..=base - from).rev().fold(acc, &mut f)
+            (first + from..first + len).fold(acc, &mut f)
         };
-        start = end;
     }
     acc
 }
@@ -351,15 +342,12 @@ fn fold_stretched<B>(
 #[inline(never)]
 fn copy_stretched(stretches: &[Stretch], out: &mut Vec<NodeId>) {
     out.reserve(stretches.last().map_or(0, |last| last.end as usize));
-    let mut start = 0;
-    for &Stretch { first, end } in stretches {
-        let (base, len) = (first & !DOWN, end - start);
-        if first & DOWN == 0 {
-            out.extend(base..base + len);
+    for Piece { first, len, down } in stretch_pieces(stretches, 0) {
+        if down {
+            out.extend((first + 1 - len..=first).rev());
         } else {
-            out.extend((base + 1 - len..=base).rev());
+            out.extend(first..first + len);
         }
-        start = end;
     }
 }
 
@@ -381,6 +369,16 @@ struct Piece {
     first: NodeId,
     len: u32,
     down: bool,
+}
+
+/// The pieces `stretches` are, in order, the first of them starting at the run's offset `start`.
+fn stretch_pieces(stretches: &[Stretch], start: u32) -> impl Iterator<Item = Piece> + '_ {
+    let starts = std::iter::once(start).chain(stretches.iter().map(|stretch| stretch.end));
+    stretches.iter().zip(starts).map(|(&Stretch { first, end }, start)| Piece {
+        first: first & !DOWN,
+        len: end - start,
+        down: first & DOWN != 0,
+    })
 }
 
 /// `ids` (below [`DOWN`]) cut into the longest pieces, in order.

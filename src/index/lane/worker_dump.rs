@@ -11,16 +11,16 @@ use crate::sync::epoch::Guard;
 use crate::u64_map::U64Map;
 
 /// One dumped chain of a worker.
-pub(crate) struct DumpedChain {
+struct DumpedChain {
     /// The engine hash of the block it hangs from, if any.
-    pub(crate) parent: Option<SequenceHash>,
-    pub(crate) blocks: Vec<StoredBlock>,
+    parent: Option<SequenceHash>,
+    blocks: Vec<StoredBlock>,
     /// The engine hashes among `blocks` that are placeholders (to be removed right after).
-    pub(crate) placeholders: Vec<SequenceHash>,
+    placeholders: Vec<SequenceHash>,
     /// The lane's id of its first block's node: the lane hands ids out in the order it makes
     /// nodes (reusing freed ones), so chains dumped in the order of this id are stored again
     /// about in the order the lane first stored them.
-    pub(crate) first_node: NodeId,
+    first_node: NodeId,
 }
 
 /// Events that rebuild `workers` (each worker's blocks, by the lane's tree `trie`): every
@@ -90,8 +90,8 @@ fn dump_worker(held: &HeldBlocks, trie: &LaneTrie, guard: &Guard) -> Vec<DumpedC
     let mut next_placeholder = 0u64;
     // The nodes with a block the worker holds below them.
     let mut above: U64Map<()> = U64Map::default();
-    for (_, node) in held.iter(trie) {
-        let mut up = trie.parent(node);
+    for &node in name.keys() {
+        let mut up = trie.parent(node as NodeId);
         while let Some(node) = up {
             if above.insert(u64::from(node), ()).is_some() {
                 break;
@@ -99,8 +99,11 @@ fn dump_worker(held: &HeldBlocks, trie: &LaneTrie, guard: &Guard) -> Vec<DumpedC
             up = trie.parent(node);
         }
     }
-    let mut leaves: Vec<(u64, NodeId)> =
-        held.iter(trie).filter(|&(_, node)| !above.contains_key(&u64::from(node))).collect();
+    let mut leaves: Vec<(u64, NodeId)> = name
+        .iter()
+        .filter(|&(node, _)| !above.contains_key(node))
+        .map(|(&node, &hash)| (hash, node as NodeId))
+        .collect();
     leaves.sort_unstable_by_key(|&(_, node)| node);
     for (hash, node) in leaves {
         // From the block up to an ancestor that is cut already (or the root).
